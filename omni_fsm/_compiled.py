@@ -1,0 +1,49 @@
+"""The compiled fast path: the table as a dict of tuples, for hot loops."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from omni_fsm._guards import GUARDS, Guard, check_guard_names
+from omni_fsm._record import Engine
+from omni_fsm._table import Row
+
+_Entry = tuple[tuple[Guard, ...], tuple[Guard, ...], Row]
+
+
+class CompiledTable:
+    """``(state, event type) -> rows in match order``, guards resolved to functions."""
+
+    __slots__ = ("lookup",)
+
+    def __init__(self, rows: tuple[Row, ...]) -> None:
+        check_guard_names({g for r in rows for g in (*r.when, *r.unless)})
+        lookup: dict[tuple[Any, type], list[_Entry]] = {}
+        for row in rows:
+            entry = (tuple(GUARDS[g] for g in row.when), tuple(GUARDS[g] for g in row.unless), row)
+            lookup.setdefault((row.source, row.event), []).append(entry)
+        self.lookup: dict[tuple[Any, type], tuple[_Entry, ...]] = {k: tuple(v) for k, v in lookup.items()}
+
+    def select(self, subject: Any, event: Any, engine: Engine) -> Row | None:
+        """Return the first row whose guards hold for ``subject`` and ``event``, else ``None``."""
+        entries = self.lookup.get((subject.state, event.__class__))
+        if entries is None:
+            return None
+        for when, unless, row in entries:
+            for guard in when:
+                if not guard(subject, event, engine):
+                    break
+            else:
+                for guard in unless:
+                    if guard(subject, event, engine):
+                        break
+                else:
+                    return row
+        return None
+
+    def fire(self, subject: Any, event: Any, engine: Engine) -> Row | None:
+        """Select the row and move ``subject`` to its target; ``None`` (no change) if none."""
+        row = self.select(subject, event, engine)
+        if row is not None:
+            subject.state = row.target
+        return row

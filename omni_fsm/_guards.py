@@ -1,0 +1,73 @@
+"""Named guards: pure predicates over (record, event, engine) that select a table row.
+
+A guard never mutates anything and never consults the table; the table names guards by these
+keys, so a row reads as ``(state, event type, guard) -> next state, effects``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from omni_fsm._record import Engine, Record
+from omni_fsm._vocab import SEVERITY, TERMINAL, ControlMethod, EngineState, ReqState, Role, StageKind, StopKind
+
+Guard = Callable[[Any, Any, Engine], bool]
+
+
+def fold_outcome(worst: ReqState | None, outcome: ReqState) -> ReqState:
+    """Return the more severe of a parent's worst child outcome so far and a new one."""
+    if worst is None or SEVERITY[outcome] > SEVERITY[worst]:
+        return outcome
+    return worst
+
+
+def _pending_method(ev: Any, eng: Engine) -> ControlMethod | None:
+    call = eng.pending_rpcs.get(ev.call_id)
+    return call[0] if call else None
+
+
+GUARDS: dict[str, Guard] = {
+    "engine_running": lambda r, e, g: g.state is EngineState.RUNNING,
+    "engine_paused": lambda r, e, g: g.state is EngineState.PAUSED,
+    "engine_sleeping": lambda r, e, g: g.state is EngineState.SLEEPING,
+    "parallel_parent": lambda r, e, g: r.children_left > 0,
+    "slot_free": lambda r, e, g: g.slots_used[r.stage] < g.capacity,
+    "ar_stage": lambda r, e, g: g.kinds[r.stage] is StageKind.AR,
+    "last_stage": lambda r, e, g: r.stage >= r.last_stage,
+    "final_output_stage": lambda r, e, g: g.final[r.stage] and r.role is not Role.COMPANION,
+    "companions_pending": lambda r, e, g: r.companions_left > 0,
+    "last_companion": lambda r, e, g: r.companions_left == 1,
+    "companion_ok": lambda r, e, g: e.ok,
+    "last_child": lambda r, e, g: r.children_left == 1,
+    "prompt_ignored": lambda r, e, g: e.stop is StopKind.IGNORED,
+    "stopped": lambda r, e, g: e.stop is StopKind.STOP,
+    "length_capped": lambda r, e, g: e.stop is StopKind.LENGTH,
+    "repetition": lambda r, e, g: e.stop is StopKind.REPETITION,
+    "wakes_every_tag": lambda r, e, g: not g.pending_rpcs[e.call_id][2]
+    or g.pending_rpcs[e.call_id][2] >= g.sleep_tags,
+}
+for _state in TERMINAL:
+    GUARDS[f"children_fold_to_{_state.name.lower()}"] = (
+        lambda r, e, g, s=_state: fold_outcome(r.worst, e.outcome) is s
+    )
+for _method in ControlMethod:
+    GUARDS[f"rpc_is_{_method.value}"] = lambda r, e, g, m=_method: _pending_method(e, g) is m
+
+
+def resumes(state: ReqState) -> str:
+    """Return the name of the guard 'the interrupted abort resumes ``state``'."""
+    name = f"abort_resumes_{state.name.lower()}"
+    if name not in GUARDS:
+        GUARDS[name] = lambda r, e, g, s=state: r.resume is s
+    return name
+
+
+def check_guard_names(names: set[str]) -> None:
+    """Raise ``KeyError`` naming the first unknown guard."""
+    for name in sorted(names):
+        if name not in GUARDS:
+            raise KeyError(f"unknown guard {name!r}")
+
+
+__all__ = ["GUARDS", "Guard", "Record", "check_guard_names", "fold_outcome", "resumes"]

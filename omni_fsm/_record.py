@@ -1,0 +1,67 @@
+"""The small per-request record and the engine record the guards read."""
+
+from __future__ import annotations
+
+import attrs
+
+from omni_fsm._vocab import ControlMethod, EngineState, ReqState, Role, StageKind
+
+
+@attrs.define(slots=True, eq=False, weakref_slot=False)
+class Record:
+    """What the lifecycle keeps about one tracked request, and nothing more."""
+
+    rid: int
+    state: ReqState = ReqState.NEW
+    role: Role = Role.CLIENT
+    parent: int = -1  #: the parent's rid for a child or a companion
+    stage: int = 0  #: the current stage
+    last_stage: int = 0  #: the stage whose finish ends the request (0 for companions)
+    fanout: int = 0  #: dependents (children or companions) at rids ``rid+1 .. rid+fanout``
+    children_left: int = 0  #: ``n>1`` parent: children not yet terminal
+    companions_left: int = 0  #: CFG parent: companions not yet done
+    tokens: int = 0  #: generated at the current stage (the abort prefix)
+    resume: ReqState | None = None  #: the state an abort interrupted (restored if it fails)
+    worst: ReqState | None = None  #: ``n>1`` parent: the most severe child outcome so far
+    sample: int = 0  #: a child's sample index
+
+    def snapshot(self) -> tuple[object, ...]:
+        """Return the record's fields as a hashable tuple (the explorer's state)."""
+        return (self.state, self.role, self.parent, self.stage, self.last_stage, self.fanout,
+                self.children_left, self.companions_left, self.tokens, self.resume,
+                self.worst, self.sample)  # fmt: skip
+
+    def load(self, snap: tuple[object, ...]) -> None:
+        """Restore the fields from :meth:`snapshot`'s tuple."""
+        (self.state, self.role, self.parent, self.stage, self.last_stage, self.fanout, self.children_left,
+         self.companions_left, self.tokens, self.resume, self.worst, self.sample) = snap  # type: ignore[assignment]  # fmt: skip
+
+
+@attrs.define(slots=True, eq=False)
+class Engine:
+    """The engine-wide part of the lifecycle: control plane, pipeline shape and slots."""
+
+    kinds: tuple[StageKind, ...]
+    final: tuple[bool, ...]  #: per stage: does it emit outputs to the client?
+    capacity: int = 1 << 30  #: running slots per stage (parked requests occupy them too)
+    state: EngineState = EngineState.RUNNING
+    slots_used: list[int] = attrs.field(factory=list)
+    sleep_level: int = 0
+    sleep_tags: frozenset[str] = frozenset()
+    pending_rpcs: dict[int, tuple[ControlMethod, int, frozenset[str]]] = attrs.field(factory=dict)
+
+    def __attrs_post_init__(self) -> None:
+        if not self.slots_used:
+            self.slots_used = [0] * len(self.kinds)
+
+    def snapshot(self) -> tuple[object, ...]:
+        """Return the mutable fields as a hashable tuple."""
+        return (self.state, tuple(self.slots_used), self.sleep_level, self.sleep_tags,
+                tuple(sorted(self.pending_rpcs.items(), key=lambda kv: kv[0])))  # fmt: skip
+
+    def load(self, snap: tuple[object, ...]) -> None:
+        """Restore the mutable fields from :meth:`snapshot`'s tuple."""
+        state, slots, self.sleep_level, self.sleep_tags, rpcs = snap  # type: ignore[misc]
+        self.state = state  # type: ignore[assignment]
+        self.slots_used = list(slots)  # type: ignore[call-overload]
+        self.pending_rpcs = dict(rpcs)  # type: ignore[arg-type]

@@ -1,0 +1,226 @@
+"""THE request lifecycle: one table. Everything that decides a transition is in this file.
+
+Rows are keyed ``(state, event type, guards)``; the first row whose guards hold gives the next
+state and the effects. The ``transitions`` reference machine, the compiled fast path, the
+diagrams and the explorer's successor function are all built from ``SPEC``; nothing re-types a
+transition elsewhere. Anything not in the table is handled by ``MISS_POLICY``:
+
+- a *client* event with no row is API misuse: one typed error naming request, state and event,
+  and nothing changes;
+- a *runtime* event for an id no longer tracked, or for a stage the request is not bound to
+  (a duplicate, a late completion), is dropped and counted;
+- any other *runtime* event with no row fails that request with ``error`` (it is handled as
+  ``StageFailed``);
+- an *internal* event with no row is a bug of the core: ``InternalError``.
+
+Entering any terminal state runs ``ON_TERMINAL`` (emit the one terminal, notify the parent,
+abort open dependents, drop the record), so every terminal path cleans up the same way.
+Slots are not effects: a record occupies one slot of its current stage exactly while its state
+(or, while aborting, the state the abort interrupted) is in ``HOLDS_SLOT``.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable
+
+import attrs
+
+from omni_fsm import events as ev
+from omni_fsm._guards import resumes
+from omni_fsm._vocab import BOUND, HOLDS_SLOT, LIVE, PARKED, TERMINAL, EngineState, ReqState
+
+S = ReqState
+E = EngineState
+
+
+class Effect(enum.Enum):
+    """The closed set of things a transition can ask for besides changing state."""
+
+    DISPATCH = "dispatch"  #: send the request to its current stage
+    SPAWN_CHILDREN = "spawn_children"  #: create and submit the ``n`` child samples
+    SPAWN_COMPANIONS = "spawn_companions"  #: create and submit the CFG companions
+    ACCUMULATE = "accumulate"  #: add the output's tokens to the stage's prefix
+    EMIT_PARTIAL = "emit_partial"  #: stream the output to the client (final-output AR stage)
+    EMIT_STAGE_FINAL = "emit_stage_final"  #: an earlier final-output stage is done: not terminal
+    FORWARD = "forward"  #: route to the next stage (through its input adapter) and dispatch
+    NOTE_CHILD = "note_child"  #: one child fewer; fold its outcome into the parent's
+    NOTE_COMPANION = "note_companion"  #: one companion fewer outstanding
+    ACK_ABORT = "ack_abort"  #: the abort request is accepted (observable: abort requested)
+    REMEMBER_RESUME = "remember_resume"  #: keep the interrupted state for a failed abort
+    SEND_ABORT = "send_abort"  #: ask the bound stage to abort physically
+    COMMIT_ABORT = "commit_abort"  #: commit the abort (only after the physical abort)
+    ANSWER_ABORT_FAILED = "answer_abort_failed"  #: the abort caller learns it failed
+    ABORT_CHILDREN = "abort_children"  #: a parent's abort reaches every open child
+    ABORT_COMPANIONS = "abort_companions"  #: a parent's abort reaches every open companion
+    # terminal entry actions
+    EMIT_TERMINAL = "emit_terminal"  #: the one client-visible terminal (children: per sample)
+    NOTIFY_PARENT = "notify_parent"  #: a child or companion tells its parent it ended
+    ABORT_DEPENDENTS = "abort_dependents"  #: open children / companions are aborted
+    RELEASE = "release"  #: the record is dropped: no state survives the terminal
+    # control plane
+    SEND_RPC = "send_rpc"
+    ANSWER_RPC = "answer_rpc"  #: the RPC's own caller gets the workers' result
+    ANSWER_RPC_ERROR = "answer_rpc_error"  #: the RPC's own caller gets the worker's exception
+    NOTE_SLEEP = "note_sleep"
+    NOTE_WAKE = "note_wake"
+    ADMIT_HELD = "admit_held"  #: admit every request held while paused
+    FAIL_ALL_OPEN = "fail_all_open"  #: every open request fails (fatal)
+    FAIL_PENDING_RPCS = "fail_pending_rpcs"  #: in-flight RPC callers get an error, not silence
+    ABORT_ALL_OPEN = "abort_all_open"  #: shutdown: every open request ends as aborted
+    STOP_ORCHESTRATOR = "stop_orchestrator"
+    STOP_RUNTIMES = "stop_runtimes"  #: always after STOP_ORCHESTRATOR
+
+
+@attrs.frozen
+class Row:
+    """``source --event [when, unless]--> target / effects``."""
+
+    source: enum.Enum
+    event: type[ev.Event]
+    target: enum.Enum
+    when: tuple[str, ...] = ()
+    unless: tuple[str, ...] = ()
+    effects: tuple[Effect, ...] = ()
+
+    def label(self) -> str:
+        """Return ``Event [guards]`` as drawn on the diagrams."""
+        conds = [*self.when, *(f"not {u}" for u in self.unless)]
+        return self.event.__name__ + (f" [{' & '.join(conds)}]" if conds else "")
+
+
+ON_TERMINAL: tuple[Effect, ...] = (
+    Effect.EMIT_TERMINAL, Effect.NOTIFY_PARENT, Effect.ABORT_DEPENDENTS, Effect.RELEASE,
+)  # fmt: skip
+
+
+def _rows(sources: Iterable[enum.Enum], event: type[ev.Event], target: enum.Enum | None = None,
+          when: tuple[str, ...] = (), unless: tuple[str, ...] = (),
+          effects: tuple[Effect, ...] = ()) -> list[Row]:  # fmt: skip
+    """One row per source; ``target=None`` means 'stay in the source state'."""
+    order = sorted(sources, key=lambda s: s.name)
+    return [Row(s, event, s if target is None else target, when, unless, effects) for s in order]
+
+
+D = Effect
+#: States from which an abort needs a physical abort at the bound stage.
+ABORTABLE_BOUND = BOUND
+#: Live states whose runtime reports about the current stage are judged by the table.
+STAGE_LIVE = BOUND | {S.ABORTING}
+_FINISH = (("stopped", S.FINISHED_STOPPED), ("length_capped", S.FINISHED_LENGTH_CAPPED),
+           ("repetition", S.FINISHED_REPETITION))  # fmt: skip
+_PARK = ((ev.AwaitGrammar, S.WAITING_FOR_GRAMMAR), (ev.AwaitRemoteKVs, S.WAITING_FOR_REMOTE_KVS),
+         (ev.AwaitStreamingReq, S.WAITING_FOR_STREAMING_REQ), (ev.AwaitChunk, S.WAITING_FOR_CHUNK))  # fmt: skip
+
+
+def request_rows() -> list[Row]:
+    """Return the request lifecycle table, in match order."""
+    rows: list[Row] = []
+    # admission: submit (or admit a held request); refuse while sleeping
+    for src, event in ((S.NEW, ev.Submit), (S.PENDING, ev.Admit)):
+        rows += _rows([src], event, S.AWAITING_CHILDREN, ("engine_running", "parallel_parent"),
+                      effects=(D.SPAWN_CHILDREN,))  # fmt: skip
+        rows += _rows([src], event, S.WAITING, ("engine_running",),
+                      effects=(D.DISPATCH, D.SPAWN_COMPANIONS))  # fmt: skip
+        rows += _rows([src], event, S.PENDING, ("engine_paused",))
+        rows += _rows([src], event, S.FINISHED_ERROR, ("engine_sleeping",))
+    # the stage scheduler (AR sub-states are vLLM's RequestStatus; diffusion uses a subset)
+    rows += _rows([S.WAITING], ev.Scheduled, S.RUNNING, ("slot_free",))
+    rows += _rows([S.PREEMPTED], ev.Scheduled, S.RUNNING, ("slot_free", "ar_stage"))
+    rows += _rows([S.RUNNING], ev.Preempted, S.PREEMPTED, ("ar_stage",))
+    for event, parked in _PARK:
+        rows += _rows([S.WAITING], event, parked, ("ar_stage", "slot_free"))
+        rows += _rows([S.RUNNING], event, parked, ("ar_stage",))
+    rows += _rows(PARKED, ev.InputReady, S.WAITING)
+    # outputs and finishes at the current stage
+    rows += _rows([S.RUNNING], ev.StageOutput, None, ("final_output_stage", "ar_stage"),
+                  effects=(D.ACCUMULATE, D.EMIT_PARTIAL))  # fmt: skip
+    rows += _rows([S.RUNNING], ev.StageOutput, None, effects=(D.ACCUMULATE,))
+    rows += _rows([S.WAITING, S.RUNNING], ev.StageFinished, S.FINISHED_IGNORED, ("prompt_ignored",))
+    for guard, finished in _FINISH:
+        rows += _rows([S.RUNNING], ev.StageFinished, finished, (guard, "last_stage"))
+    rows += _rows([S.RUNNING], ev.StageFinished, S.STAGE_DONE, ("companions_pending", "final_output_stage"),
+                  effects=(D.EMIT_STAGE_FINAL,))  # fmt: skip
+    rows += _rows([S.RUNNING], ev.StageFinished, S.STAGE_DONE, ("companions_pending",))
+    rows += _rows([S.RUNNING], ev.StageFinished, S.WAITING, ("final_output_stage",),
+                  effects=(D.EMIT_STAGE_FINAL, D.FORWARD))  # fmt: skip
+    rows += _rows([S.RUNNING], ev.StageFinished, S.WAITING, effects=(D.FORWARD,))
+    # CFG companions: forward only once every companion is done; a lost one fails the parent
+    rows += _rows([S.STAGE_DONE], ev.CompanionEnded, S.WAITING, ("companion_ok", "last_companion"),
+                  effects=(D.NOTE_COMPANION, D.FORWARD))  # fmt: skip
+    rows += _rows(LIVE - {S.NEW}, ev.CompanionEnded, None, ("companion_ok",), effects=(D.NOTE_COMPANION,))
+    rows += _rows([S.ABORTING], ev.CompanionEnded, None, effects=(D.NOTE_COMPANION,))
+    rows += _rows(LIVE - {S.NEW, S.ABORTING}, ev.CompanionEnded, S.FINISHED_ERROR,
+                  effects=(D.NOTE_COMPANION,))  # fmt: skip
+    # parallel sampling: the parent ends once, after its last child, with the worst outcome
+    rows += _rows([S.AWAITING_CHILDREN], ev.ChildEnded, None, unless=("last_child",),
+                  effects=(D.NOTE_CHILD,))  # fmt: skip
+    for outcome in sorted(TERMINAL, key=lambda s: s.name):
+        rows += _rows([S.AWAITING_CHILDREN], ev.ChildEnded, outcome,
+                      ("last_child", f"children_fold_to_{outcome.name.lower()}"), effects=(D.NOTE_CHILD,))  # fmt: skip
+    # abort: requested -> physical abort at the bound stage -> committed (or resumed on failure)
+    rows += _rows(ABORTABLE_BOUND, ev.Abort, S.ABORTING,
+                  effects=(D.ACK_ABORT, D.REMEMBER_RESUME, D.SEND_ABORT, D.ABORT_COMPANIONS))  # fmt: skip
+    rows += _rows([S.PENDING, S.STAGE_DONE], ev.Abort, S.FINISHED_ABORTED,
+                  effects=(D.ACK_ABORT, D.ABORT_COMPANIONS, D.COMMIT_ABORT))  # fmt: skip
+    rows += _rows([S.AWAITING_CHILDREN], ev.Abort, None, effects=(D.ACK_ABORT, D.ABORT_CHILDREN))
+    rows += _rows([S.ABORTING], ev.Abort, None)
+    rows += _rows([S.ABORTING], ev.AbortDone, S.FINISHED_ABORTED, effects=(D.COMMIT_ABORT,))
+    for interrupted in sorted(ABORTABLE_BOUND, key=lambda s: s.name):
+        rows += _rows([S.ABORTING], ev.AbortFailed, interrupted, (resumes(interrupted),),
+                      effects=(D.ANSWER_ABORT_FAILED,))  # fmt: skip
+    rows += _rows([S.ABORTING], ev.StageOutput, None, effects=(D.ACCUMULATE,))
+    rows += _rows([S.ABORTING], ev.StageFinished, S.FINISHED_ABORTED, effects=(D.COMMIT_ABORT,))
+    status_reports = (ev.Scheduled, ev.Preempted, ev.InputReady, *(e for e, _ in _PARK))
+    for report in status_reports:  # the scheduler may still move it until the abort lands
+        rows += _rows([S.ABORTING], report, None)
+    # failures, engine death, shutdown: from every live state
+    rows += _rows(STAGE_LIVE, ev.StageFailed, S.FINISHED_ERROR)
+    rows += _rows(STAGE_LIVE, ev.ReplicaLost, S.FINISHED_ERROR)
+    rows += _rows(LIVE - {S.NEW}, ev.EngineFailed, S.FAILED_FATAL)
+    rows += _rows(LIVE - {S.NEW}, ev.ShutdownAbort, S.FINISHED_ABORTED)
+    return rows
+
+
+_LIVE_ENGINE = (E.RUNNING, E.PAUSED, E.SLEEPING)
+
+
+def engine_rows() -> list[Row]:
+    """Return the control-plane table, in match order."""
+    rows: list[Row] = []
+    rows += _rows(_LIVE_ENGINE, ev.Control, None, effects=(D.SEND_RPC,))
+    ok = (D.ANSWER_RPC,)
+    rows += _rows([E.RUNNING, E.PAUSED], ev.RpcDone, E.PAUSED, ("rpc_is_pause_scheduler",), effects=ok)
+    rows += _rows([E.RUNNING, E.PAUSED], ev.RpcDone, E.RUNNING, ("rpc_is_resume_scheduler",),
+                  effects=(D.ANSWER_RPC, D.ADMIT_HELD))  # fmt: skip
+    rows += _rows(_LIVE_ENGINE, ev.RpcDone, E.SLEEPING, ("rpc_is_sleep",), effects=(D.NOTE_SLEEP, D.ANSWER_RPC))
+    rows += _rows([E.SLEEPING], ev.RpcDone, E.PAUSED, ("rpc_is_wake_up", "wakes_every_tag"),
+                  effects=(D.NOTE_WAKE, D.ANSWER_RPC))  # fmt: skip
+    rows += _rows([E.SLEEPING], ev.RpcDone, None, ("rpc_is_wake_up",), effects=(D.NOTE_WAKE, D.ANSWER_RPC))
+    rows += _rows(_LIVE_ENGINE, ev.RpcDone, None, effects=ok)  # no change of state (e.g. wake while awake)
+    rows += _rows(_LIVE_ENGINE, ev.RpcFailed, None, effects=(D.ANSWER_RPC_ERROR,))
+    rows += _rows(_LIVE_ENGINE, ev.EngineDied, E.DEAD, effects=(D.FAIL_PENDING_RPCS, D.FAIL_ALL_OPEN))
+    rows += _rows([*_LIVE_ENGINE, E.DEAD], ev.Shutdown, E.STOPPED,
+                  effects=(D.FAIL_PENDING_RPCS, D.ABORT_ALL_OPEN, D.STOP_ORCHESTRATOR, D.STOP_RUNTIMES))  # fmt: skip
+    rows += _rows([E.STOPPED], ev.Shutdown, None)  # idempotent
+    return rows
+
+
+@attrs.frozen
+class Spec:
+    """A complete lifecycle specification: what the core, the machine and the explorer run.
+
+    The canonical one is ``SPEC``; the test suite builds faulty variants of it (historic bugs
+    re-injected) with ``attrs.evolve``.
+    """
+
+    rows: tuple[Row, ...]
+    engine_rows: tuple[Row, ...]
+    on_terminal: tuple[Effect, ...] = ON_TERMINAL
+    holds_slot: frozenset[ReqState] = HOLDS_SLOT
+    name: str = "omni-fsm lifecycle"
+
+
+SPEC = Spec(tuple(request_rows()), tuple(engine_rows()))
+
+__all__ = ["ABORTABLE_BOUND", "ON_TERMINAL", "SPEC", "STAGE_LIVE", "Effect", "Row", "Spec"]

@@ -1,0 +1,154 @@
+"""The closed vocabularies of the request lifecycle: states, finish reasons, stage kinds.
+
+Everything that names a lifecycle state lives here; the transition table (``_table.py``)
+says how the states connect.
+"""
+
+from __future__ import annotations
+
+import enum
+
+
+class ReqState(enum.Enum):
+    """Where one request (or one internal child / companion of it) stands.
+
+    The AR sub-states mirror vLLM 0.32's ``RequestStatus`` (plus vLLM-Omni's wait for an input
+    chunk); the rest are orchestration states around them.
+    """
+
+    NEW = "new"  #: record created by ``submit``; the Submit event decides where it goes
+    PENDING = "pending"  #: submitted, admission held (engine paused)
+    WAITING = "waiting"  #: dispatched to the current stage, queued, holds no slot
+    WAITING_FOR_GRAMMAR = "waiting_for_structured_output_grammar"  #: parked, holds a slot
+    WAITING_FOR_REMOTE_KVS = "waiting_for_remote_kvs"  #: parked, holds a slot
+    WAITING_FOR_STREAMING_REQ = "waiting_for_streaming_req"  #: parked, holds a slot
+    WAITING_FOR_CHUNK = "waiting_for_chunk"  #: vLLM-Omni async chunk: parked, holds a slot
+    RUNNING = "running"  #: scheduled at the current stage, holds a slot
+    PREEMPTED = "preempted"  #: AR only: evicted, back in the queue, holds no slot
+    STAGE_DONE = "stage_done"  #: stage finished; waits for CFG companions before forwarding
+    AWAITING_CHILDREN = "awaiting_children"  #: ``n>1`` parent: its children do the work
+    ABORTING = "aborting"  #: abort requested; physical abort at the bound stages in flight
+    FINISHED_STOPPED = "finished_stopped"
+    FINISHED_LENGTH_CAPPED = "finished_length_capped"
+    FINISHED_REPETITION = "finished_repetition"
+    FINISHED_IGNORED = "finished_ignored"  #: prompt too long for the model; reason ``length``
+    FINISHED_ABORTED = "finished_aborted"
+    FINISHED_ERROR = "finished_error"  #: failed for this request only
+    FAILED_FATAL = "failed_fatal"  #: failed because the engine died
+
+    def __repr__(self) -> str:
+        return f"<{self.name}>"
+
+
+TERMINAL: frozenset[ReqState] = frozenset(
+    {
+        ReqState.FINISHED_STOPPED,
+        ReqState.FINISHED_LENGTH_CAPPED,
+        ReqState.FINISHED_REPETITION,
+        ReqState.FINISHED_IGNORED,
+        ReqState.FINISHED_ABORTED,
+        ReqState.FINISHED_ERROR,
+        ReqState.FAILED_FATAL,
+    }
+)
+LIVE: frozenset[ReqState] = frozenset(ReqState) - TERMINAL
+#: Parked sub-states: waiting for something outside the scheduler while holding a slot.
+PARKED: frozenset[ReqState] = frozenset(
+    {
+        ReqState.WAITING_FOR_GRAMMAR,
+        ReqState.WAITING_FOR_REMOTE_KVS,
+        ReqState.WAITING_FOR_STREAMING_REQ,
+        ReqState.WAITING_FOR_CHUNK,
+    }
+)
+#: States that occupy one of the current stage's running slots.
+HOLDS_SLOT: frozenset[ReqState] = PARKED | {ReqState.RUNNING}
+#: States in which the request is bound to (dispatched at) its current stage.
+BOUND: frozenset[ReqState] = HOLDS_SLOT | {ReqState.WAITING, ReqState.PREEMPTED}
+
+
+class FinishReason(enum.Enum):
+    """The client-visible finish reasons (vLLM's ``FinishReason`` strings)."""
+
+    STOP = "stop"
+    LENGTH = "length"
+    REPETITION = "repetition"
+    ABORT = "abort"
+    ERROR = "error"
+
+
+class Outcome(enum.Enum):
+    """The closed set of client-visible terminal outcomes."""
+
+    FINISHED = "finished"
+    ABORTED = "aborted"
+    FAILED = "failed"  #: request-scoped
+    FATAL = "fatal"  #: the engine died
+
+
+#: Terminal state -> (outcome, finish reason). Total over ``TERMINAL``.
+TERMINAL_OUTCOME: dict[ReqState, tuple[Outcome, FinishReason]] = {
+    ReqState.FINISHED_STOPPED: (Outcome.FINISHED, FinishReason.STOP),
+    ReqState.FINISHED_LENGTH_CAPPED: (Outcome.FINISHED, FinishReason.LENGTH),
+    ReqState.FINISHED_REPETITION: (Outcome.FINISHED, FinishReason.REPETITION),
+    ReqState.FINISHED_IGNORED: (Outcome.FINISHED, FinishReason.LENGTH),
+    ReqState.FINISHED_ABORTED: (Outcome.ABORTED, FinishReason.ABORT),
+    ReqState.FINISHED_ERROR: (Outcome.FAILED, FinishReason.ERROR),
+    ReqState.FAILED_FATAL: (Outcome.FATAL, FinishReason.ERROR),
+}
+
+#: Severity order used to fold children's outcomes into their ``n>1`` parent's one terminal.
+SEVERITY: dict[ReqState, int] = {
+    ReqState.FINISHED_STOPPED: 0,
+    ReqState.FINISHED_LENGTH_CAPPED: 1,
+    ReqState.FINISHED_IGNORED: 1,
+    ReqState.FINISHED_REPETITION: 2,
+    ReqState.FINISHED_ABORTED: 3,
+    ReqState.FINISHED_ERROR: 4,
+    ReqState.FAILED_FATAL: 5,
+}
+
+
+class StopKind(enum.Enum):
+    """How a stage reports that it finished a request normally."""
+
+    STOP = "stop"
+    LENGTH = "length"
+    REPETITION = "repetition"
+    IGNORED = "ignored"  #: prompt too long: nothing generated
+
+
+class Role(enum.Enum):
+    """Who a tracked record is: only ``CLIENT`` records are ever seen by the client."""
+
+    CLIENT = "client"
+    CHILD = "child"  #: one sample of an ``n>1`` parent
+    COMPANION = "companion"  #: a CFG companion of a parent
+
+
+class StageKind(enum.Enum):
+    AR = "ar"
+    DIFFUSION = "diffusion"
+
+
+class EngineState(enum.Enum):
+    """The engine's control plane."""
+
+    RUNNING = "running"
+    PAUSED = "paused"  #: admission held
+    SLEEPING = "sleeping"  #: no admission: submits are refused
+    DEAD = "dead"
+    STOPPED = "stopped"
+
+    def __repr__(self) -> str:
+        return f"<{self.name}>"
+
+
+ENGINE_TERMINAL: frozenset[EngineState] = frozenset({EngineState.DEAD, EngineState.STOPPED})
+
+
+class ControlMethod(enum.Enum):
+    SLEEP = "sleep"
+    WAKE_UP = "wake_up"
+    PAUSE_SCHEDULER = "pause_scheduler"
+    RESUME_SCHEDULER = "resume_scheduler"

@@ -1,0 +1,395 @@
+"""The lifecycle core: events in, observations out; every decision read from the table.
+
+Sans-IO: no I/O, no threads, no asyncio. ``Lifecycle.handle`` takes one event and returns
+what happened as a list of observations, which double as commands for a driver (dispatch,
+forward, emit, abort at a stage, answer an RPC, stop).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from omni_fsm import events as ev
+from omni_fsm import observations as ob
+from omni_fsm._compiled import CompiledTable
+from omni_fsm._guards import fold_outcome
+from omni_fsm._record import Engine, Record
+from omni_fsm._table import SPEC, STAGE_LIVE, Effect, Row, Spec
+from omni_fsm._vocab import (
+    TERMINAL, TERMINAL_OUTCOME, EngineState, Outcome, ReqState, Role, StageKind, StopKind,
+)  # fmt: skip
+from omni_fsm.errors import InternalError, LifecycleError
+
+_STOP_REASON = {StopKind.STOP: "stop", StopKind.LENGTH: "length", StopKind.REPETITION: "repetition",
+                StopKind.IGNORED: "length"}  # fmt: skip
+Out = list[ob.Observation]
+
+
+class Counters:
+    """What the core dropped or failed instead of forwarding (the 'late events' report)."""
+
+    __slots__ = ("dropped_stale", "dropped_unknown", "failed_illegal")
+
+    def __init__(self) -> None:
+        self.dropped_stale = 0
+        self.dropped_unknown = 0
+        self.failed_illegal = 0
+
+    def as_dict(self) -> dict[str, int]:
+        """Return the counters by name."""
+        return {name: getattr(self, name) for name in self.__slots__}
+
+
+class Lifecycle:
+    """The request lifecycle of one engine: a registry of small records and the table.
+
+    ``kinds`` and ``final`` describe the pipeline (one entry per stage; the last stage must be
+    a final-output stage); ``capacity`` is the number of running slots per stage.
+    Internal request ids are the caller's: a request submitted as ``rid`` with ``n>1`` children
+    or ``companions`` owns the ids ``rid+1 .. rid+n`` (or ``+companions``) for them.
+    """
+
+    def __init__(self, kinds: Iterable[StageKind], final: Iterable[bool], capacity: int = 1 << 30,
+                 spec: Spec = SPEC) -> None:  # fmt: skip
+        kinds_t, final_t = tuple(kinds), tuple(final)
+        if not kinds_t or len(kinds_t) != len(final_t):
+            raise ValueError("a pipeline needs at least one stage and one 'final' flag per stage")
+        if not final_t[-1]:
+            raise ValueError("the last stage must be a final-output stage")
+        if capacity < 1:
+            raise ValueError("capacity must be at least 1")
+        self.spec = spec
+        self.engine = Engine(kinds=kinds_t, final=final_t, capacity=capacity)
+        self.table = CompiledTable(spec.rows)
+        self.engine_table = CompiledTable(spec.engine_rows)
+        self.records: dict[int, Record] = {}
+        self.counters = Counters()
+        self._queue: deque[ev.Event] = deque()
+
+    # -- queries -------------------------------------------------------------------------
+
+    def state_of(self, rid: int) -> ReqState | None:
+        """Return the state of ``rid``, or ``None`` if it is not tracked (never, or ended)."""
+        rec = self.records.get(rid)
+        return rec.state if rec is not None else None
+
+    def holds_slot(self, rec: Record) -> bool:
+        """Return whether ``rec`` occupies a slot of its current stage."""
+        state = rec.resume if rec.state is ReqState.ABORTING else rec.state
+        return state in self.spec.holds_slot
+
+    # -- the one entry point ---------------------------------------------------------------
+
+    def handle(self, event: ev.Event) -> Out:
+        """Apply ``event`` (and the internal events it fans out to); return the observations.
+
+        Raises ``LifecycleError`` (and changes nothing) when the embedding program's call is not
+        allowed in the current state.
+        """
+        out: Out = []
+        if isinstance(event, ev.RequestEvent):
+            self._request(event, out, top=True)
+        else:
+            self._engine(event, out)
+        self._drain(out)
+        return out
+
+    def _drain(self, out: Out) -> None:
+        queue = self._queue
+        while queue:
+            event = queue.popleft()
+            if isinstance(event, ev.RequestEvent):
+                self._request(event, out, top=False)
+            else:  # pragma: no cover - only request events are queued
+                raise InternalError(f"queued engine event {event!r}")
+
+    # -- requests --------------------------------------------------------------------------
+
+    def _request(self, event: ev.RequestEvent, out: Out, top: bool) -> None:
+        rec = self.records.get(event.rid)
+        if event.__class__ is ev.Submit:
+            if rec is None:
+                rec = self._admit_client(event)  # type: ignore[arg-type]
+                out.append(ob.Submitted(rec.rid, Role.CLIENT, -1, event.n, event.companions))  # type: ignore[attr-defined]
+            elif rec.state is not ReqState.NEW or top:
+                raise LifecycleError(rec.rid, rec.state, event, "id already tracked")
+        elif rec is None:
+            if event.ORIGIN != ev.INTERNAL:
+                self.counters.dropped_unknown += 1
+                out.append(ob.Dropped(event.rid, type(event).__name__, "unknown"))
+            return
+        elif isinstance(event, ev.StageEvent) and (event.stage != rec.stage or rec.state not in STAGE_LIVE):
+            self.counters.dropped_stale += 1
+            out.append(ob.Dropped(event.rid, type(event).__name__, "stale"))
+            return
+        self._fire(rec, event, out)
+
+    def _admit_client(self, event: ev.Submit) -> Record:
+        if self.engine.state in (EngineState.DEAD, EngineState.STOPPED):
+            raise LifecycleError(event.rid, self.engine.state, event, "engine is not running")
+        if event.n < 1 or event.companions < 0 or (event.n > 1 and event.companions > 0):
+            raise LifecycleError(event.rid, ReqState.NEW, event, "need n >= 1, companions >= 0, not both")
+        for dep in range(event.rid + 1, event.rid + 1 + max(event.n - 1 and event.n, event.companions)):
+            if dep in self.records:
+                raise LifecycleError(dep, self.records[dep].state, event, "dependent id already tracked")
+        fanout = event.n if event.n > 1 else event.companions
+        rec = Record(event.rid, last_stage=len(self.engine.kinds) - 1, fanout=fanout,
+                     children_left=event.n if event.n > 1 else 0, companions_left=event.companions)  # fmt: skip
+        self.records[event.rid] = rec
+        return rec
+
+    def _fire(self, rec: Record, event: ev.RequestEvent, out: Out) -> Row:
+        eng = self.engine
+        held, held_stage = self.holds_slot(rec), rec.stage
+        row = self.table.select(rec, event, eng)
+        if row is None:
+            if event.ORIGIN == ev.CLIENT:
+                raise LifecycleError(rec.rid, rec.state, event)
+            if event.ORIGIN == ev.INTERNAL:
+                raise InternalError(f"no row for internal {event!r} in {rec.state!r}")
+            self.counters.failed_illegal += 1
+            return self._fire(rec, ev.StageFailed(rec.rid, rec.stage), out)
+        source = rec.state
+        rec.state = row.target  # type: ignore[assignment]
+        for effect in row.effects:
+            _EFFECTS[effect](self, rec, event, source, out)
+        holds = self.holds_slot(rec)
+        if held and not (holds and rec.stage == held_stage):
+            eng.slots_used[held_stage] -= 1
+            out.append(ob.SlotFreed(rec.rid, held_stage))
+        if holds and not (held and rec.stage == held_stage):
+            eng.slots_used[rec.stage] += 1
+            out.append(ob.SlotTaken(rec.rid, rec.stage))
+        if rec.state in TERMINAL:
+            for effect in self.spec.on_terminal:
+                _EFFECTS[effect](self, rec, event, source, out)
+        return row
+
+    def _spawn(self, parent: Record, role: Role, count: int, out: Out) -> None:
+        last = 0 if role is Role.COMPANION else parent.last_stage
+        for k in range(count):
+            rid = parent.rid + 1 + k
+            self.records[rid] = Record(rid, role=role, parent=parent.rid, last_stage=last, sample=k)
+            out.append(ob.Submitted(rid, role, parent.rid))
+            self._queue.append(ev.Submit(rid))
+
+    def _dependents(self, rec: Record) -> list[int]:
+        return [d for d in range(rec.rid + 1, rec.rid + 1 + rec.fanout) if d in self.records]
+
+    def _client_of(self, rec: Record) -> tuple[int, int]:
+        return (rec.parent, rec.sample) if rec.role is Role.CHILD else (rec.rid, -1)
+
+    # -- the engine's control plane -----------------------------------------------------------
+
+    def _engine(self, event: ev.Event, out: Out) -> None:
+        eng = self.engine
+        if isinstance(event, (ev.RpcDone, ev.RpcFailed)) and event.call_id not in eng.pending_rpcs:
+            self.counters.dropped_unknown += 1
+            out.append(ob.Dropped(-1, type(event).__name__, "unknown"))
+            return
+        if isinstance(event, ev.Control) and event.call_id in eng.pending_rpcs:
+            raise LifecycleError(None, eng.state, event, "call id already in flight")
+        row = self.engine_table.select(eng, event, eng)
+        if row is None:
+            if event.ORIGIN == ev.CLIENT:
+                raise LifecycleError(None, eng.state, event)
+            self.counters.dropped_stale += 1
+            out.append(ob.Dropped(-1, type(event).__name__, "stale"))
+            return
+        source = eng.state
+        eng.state = row.target  # type: ignore[assignment]
+        if eng.state is not source:
+            out.append(ob.EngineChanged(eng.state))
+        for effect in row.effects:
+            _ENGINE_EFFECTS[effect](self, event, out)
+
+    # -- explorer support: the whole core as a hashable value --------------------------------
+
+    def snapshot(self) -> tuple[Any, ...]:
+        """Return the core's state (engine and every record) as a hashable tuple."""
+        recs = tuple((rid, r.snapshot()) for rid, r in sorted(self.records.items()))
+        return (self.engine.snapshot(), recs)
+
+    def restore(self, snap: tuple[Any, ...]) -> None:
+        """Set the core's state from :meth:`snapshot`'s tuple."""
+        eng_snap, recs = snap
+        self.engine.load(eng_snap)
+        self.records = {}
+        for rid, rsnap in recs:
+            rec = Record(rid)
+            rec.load(rsnap)
+            self.records[rid] = rec
+
+
+# -- effects: what each Effect does (the table says when) --------------------------------------
+
+Fx = Callable[[Lifecycle, Record, Any, ReqState, Out], None]
+
+
+def _emit_partial(lc: Lifecycle, rec: Record, event: Any, source: ReqState, out: Out) -> None:
+    client, sample = lc._client_of(rec)
+    out.append(ob.Emitted(client, rec.stage, event.tokens, rec.tokens, sample=sample))
+
+
+def _emit_stage_final(lc: Lifecycle, rec: Record, event: Any, source: ReqState, out: Out) -> None:
+    client, sample = lc._client_of(rec)
+    reason = _STOP_REASON[event.stop] if isinstance(event, ev.StageFinished) else "stop"
+    out.append(ob.Emitted(client, rec.stage, 0, rec.tokens, stage_final=True, reason=reason, sample=sample))
+
+
+def _forward(lc: Lifecycle, rec: Record, event: Any, source: ReqState, out: Out) -> None:
+    src = rec.stage
+    rec.stage, rec.tokens = src + 1, 0
+    out.append(ob.Forwarded(rec.rid, src, src + 1))
+    out.append(ob.Dispatched(rec.rid, src + 1))
+
+
+def _send_abort(lc: Lifecycle, rec: Record, event: Any, source: ReqState, out: Out) -> None:
+    out.append(ob.AbortSent(rec.rid, rec.stage))
+
+
+def _commit_abort(lc: Lifecycle, rec: Record, event: Any, source: ReqState, out: Out) -> None:
+    out.append(ob.AbortCommitted(rec.rid))
+    out.append(ob.AbortAnswered(rec.rid, True))
+
+
+def _answer_abort_failed(lc: Lifecycle, rec: Record, event: Any, source: ReqState, out: Out) -> None:
+    rec.resume = None
+    out.append(ob.AbortAnswered(rec.rid, False))
+
+
+def _abort_each(lc: Lifecycle, rec: Record, event: Any, source: ReqState, out: Out) -> None:
+    for dep in lc._dependents(rec):
+        lc._queue.append(ev.Abort(dep))
+
+
+def _emit_terminal(lc: Lifecycle, rec: Record, event: Any, source: ReqState, out: Out) -> None:
+    outcome, reason = TERMINAL_OUTCOME[rec.state]
+    eng = lc.engine
+    keeps_prefix = eng.kinds[rec.stage] is StageKind.AR and eng.final[rec.stage]
+    cumulative = rec.tokens if (outcome is not Outcome.ABORTED or keeps_prefix) else 0
+    if rec.role is Role.CLIENT:
+        out.append(ob.Emitted(rec.rid, rec.stage, 0, cumulative, finished=True, outcome=outcome,
+                              reason=reason.value))  # fmt: skip
+    elif rec.role is Role.CHILD:  # one sample ends; the parent's terminal comes after the last
+        out.append(ob.Emitted(rec.parent, rec.stage, 0, cumulative, stage_final=True, outcome=outcome,
+                              reason=reason.value, sample=rec.sample))  # fmt: skip
+
+
+def _notify_parent(lc: Lifecycle, rec: Record, event: Any, source: ReqState, out: Out) -> None:
+    if rec.role is Role.CHILD:
+        lc._queue.append(ev.ChildEnded(rec.parent, rec.state))
+    elif rec.role is Role.COMPANION:
+        ok = TERMINAL_OUTCOME[rec.state][0] is Outcome.FINISHED
+        lc._queue.append(ev.CompanionEnded(rec.parent, ok))
+
+
+def _release(lc: Lifecycle, rec: Record, event: Any, source: ReqState, out: Out) -> None:
+    del lc.records[rec.rid]
+    out.append(ob.Released(rec.rid))
+
+
+def _set(**fields: Callable[[Record, Any, ReqState], Any]) -> Fx:
+    def effect(lc: Lifecycle, rec: Record, event: Any, source: ReqState, out: Out) -> None:
+        for name, value in fields.items():
+            setattr(rec, name, value(rec, event, source))
+
+    return effect
+
+
+def _nothing(lc: Lifecycle, rec: Record, event: Any, source: ReqState, out: Out) -> None:
+    return None
+
+
+_EFFECTS: dict[Effect, Fx] = {
+    Effect.DISPATCH: lambda lc, rec, e, s, out: out.append(ob.Dispatched(rec.rid, rec.stage)),
+    Effect.SPAWN_CHILDREN: lambda lc, rec, e, s, out: lc._spawn(rec, Role.CHILD, rec.fanout, out),
+    Effect.SPAWN_COMPANIONS: lambda lc, rec, e, s, out: lc._spawn(rec, Role.COMPANION, rec.companions_left, out)
+    if rec.role is Role.CLIENT else None,
+    Effect.ACCUMULATE: _set(tokens=lambda r, e, s: r.tokens + e.tokens),
+    Effect.EMIT_PARTIAL: _emit_partial,
+    Effect.EMIT_STAGE_FINAL: _emit_stage_final,
+    Effect.FORWARD: _forward,
+    Effect.NOTE_CHILD: _set(children_left=lambda r, e, s: r.children_left - 1,
+                            worst=lambda r, e, s: fold_outcome(r.worst, e.outcome)),  # fmt: skip
+    Effect.NOTE_COMPANION: _set(companions_left=lambda r, e, s: r.companions_left - 1),
+    Effect.ACK_ABORT: lambda lc, rec, e, s, out: out.append(ob.AbortRequested(rec.rid)),
+    Effect.REMEMBER_RESUME: _set(resume=lambda r, e, s: s),
+    Effect.SEND_ABORT: _send_abort,
+    Effect.COMMIT_ABORT: _commit_abort,
+    Effect.ANSWER_ABORT_FAILED: _answer_abort_failed,
+    Effect.ABORT_CHILDREN: _abort_each,
+    Effect.ABORT_COMPANIONS: _abort_each,
+    Effect.EMIT_TERMINAL: _emit_terminal,
+    Effect.NOTIFY_PARENT: _notify_parent,
+    Effect.ABORT_DEPENDENTS: _abort_each,
+    Effect.RELEASE: _release,
+}
+for _effect in Effect:
+    _EFFECTS.setdefault(_effect, _nothing)  # engine effects never reach a request row
+
+EngineFx = Callable[[Lifecycle, Any, Out], None]
+
+
+def _send_rpc(lc: Lifecycle, event: Any, out: Out) -> None:
+    lc.engine.pending_rpcs[event.call_id] = (event.method, event.level, event.tags)
+    out.append(ob.RpcSent(event.call_id, event.method))
+
+
+def _answer_rpc(lc: Lifecycle, event: Any, out: Out) -> None:
+    method = lc.engine.pending_rpcs.pop(event.call_id)[0]
+    failed = isinstance(event, ev.RpcFailed)
+    out.append(ob.RpcAnswered(event.call_id, method, not failed, event.error if failed else None))
+
+
+def _note_sleep(lc: Lifecycle, event: Any, out: Out) -> None:
+    _, level, tags = lc.engine.pending_rpcs[event.call_id]
+    lc.engine.sleep_level = max(lc.engine.sleep_level, level)
+    lc.engine.sleep_tags = lc.engine.sleep_tags | (tags or frozenset({"*"}))
+
+
+def _note_wake(lc: Lifecycle, event: Any, out: Out) -> None:
+    tags = lc.engine.pending_rpcs[event.call_id][2]
+    left = frozenset() if not tags or "*" in tags else lc.engine.sleep_tags - tags
+    lc.engine.sleep_tags = left
+    if not left:
+        lc.engine.sleep_level = 0
+
+
+def _fail_pending_rpcs(lc: Lifecycle, event: Any, out: Out) -> None:
+    why = "engine died" if isinstance(event, ev.EngineDied) else "engine shut down"
+    for call_id, (method, _, _) in sorted(lc.engine.pending_rpcs.items()):
+        out.append(ob.RpcAnswered(call_id, method, False, why))
+    lc.engine.pending_rpcs.clear()
+
+
+def _fan_out(make: Callable[[int], ev.RequestEvent]) -> EngineFx:
+    def effect(lc: Lifecycle, event: Any, out: Out) -> None:
+        for rid in sorted(lc.records):  # parents before their dependents
+            lc._queue.append(make(rid))
+        lc._drain(out)  # every open request ends before the engine's next effect
+
+    return effect
+
+
+def _admit_held(lc: Lifecycle, event: Any, out: Out) -> None:
+    for rid, rec in sorted(lc.records.items()):
+        if rec.state is ReqState.PENDING:
+            lc._queue.append(ev.Admit(rid))
+
+
+_ENGINE_EFFECTS: dict[Effect, EngineFx] = {
+    Effect.SEND_RPC: _send_rpc,
+    Effect.ANSWER_RPC: _answer_rpc,
+    Effect.ANSWER_RPC_ERROR: _answer_rpc,
+    Effect.NOTE_SLEEP: _note_sleep,
+    Effect.NOTE_WAKE: _note_wake,
+    Effect.ADMIT_HELD: _admit_held,
+    Effect.FAIL_ALL_OPEN: _fan_out(ev.EngineFailed),
+    Effect.FAIL_PENDING_RPCS: _fail_pending_rpcs,
+    Effect.ABORT_ALL_OPEN: _fan_out(ev.ShutdownAbort),
+    Effect.STOP_ORCHESTRATOR: lambda lc, e, out: out.append(ob.OrchestratorStopped()),
+    Effect.STOP_RUNTIMES: lambda lc, e, out: out.append(ob.RuntimesStopped()),
+}

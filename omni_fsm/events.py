@@ -1,0 +1,221 @@
+"""Events: the inputs of the lifecycle core, as frozen, slotted attrs classes.
+
+Each event class says where it comes from (``ORIGIN``), which decides what happens when the
+table has no row for it (see ``_table.MISS_POLICY``):
+
+- ``client``: a call of the embedding program (submit, abort, control RPCs, shutdown);
+- ``runtime``: a report of a stage runtime (scheduler status, outputs, finishes, failures,
+  physical abort and RPC results, death);
+- ``internal``: produced by the core itself while handling another event (fan-out to
+  children and companions, admission on resume, fatal and shutdown fan-out).
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import attrs
+
+from omni_fsm._vocab import ControlMethod, ReqState, StopKind
+
+CLIENT = "client"
+RUNTIME = "runtime"
+INTERNAL = "internal"
+
+
+@attrs.frozen
+class Event:
+    """Base of every lifecycle event."""
+
+    ORIGIN: ClassVar[str] = INTERNAL
+
+
+@attrs.frozen
+class RequestEvent(Event):
+    """An event about one tracked request (``rid`` is the internal, never reused id)."""
+
+    rid: int
+
+
+@attrs.frozen
+class StageEvent(RequestEvent):
+    """A runtime report about a request at one stage; stale if that is not its current stage."""
+
+    ORIGIN: ClassVar[str] = RUNTIME
+    stage: int
+
+
+# -- client calls -----------------------------------------------------------------------
+
+
+@attrs.frozen
+class Submit(RequestEvent):
+    """The client submits a request (``n`` samples, ``companions`` CFG companions)."""
+
+    ORIGIN: ClassVar[str] = CLIENT
+    n: int = 1
+    companions: int = 0
+
+
+@attrs.frozen
+class Abort(RequestEvent):
+    """The client (or a parent, for its dependents) asks to abort the request."""
+
+    ORIGIN: ClassVar[str] = CLIENT
+
+
+# -- runtime reports about one request at one stage ----------------------------------------
+
+
+@attrs.frozen
+class Scheduled(StageEvent):
+    """The stage scheduler moved the request into its running set."""
+
+
+@attrs.frozen
+class Preempted(StageEvent):
+    """The AR scheduler evicted the request (its KV freed); it is queued again."""
+
+
+@attrs.frozen
+class AwaitGrammar(StageEvent):
+    """Parked until its structured-output grammar is compiled."""
+
+
+@attrs.frozen
+class AwaitRemoteKVs(StageEvent):
+    """Parked until its KV cache arrives from a remote producer."""
+
+
+@attrs.frozen
+class AwaitStreamingReq(StageEvent):
+    """Parked until the next part of a streaming input request arrives."""
+
+
+@attrs.frozen
+class AwaitChunk(StageEvent):
+    """vLLM-Omni async chunk: parked until the next input chunk from upstream arrives."""
+
+
+@attrs.frozen
+class InputReady(StageEvent):
+    """What a parked request waited for has arrived; it goes back to the queue."""
+
+
+@attrs.frozen
+class StageOutput(StageEvent):
+    """The stage produced ``tokens`` new tokens (AR) or denoising steps (diffusion)."""
+
+    tokens: int = 1
+
+
+@attrs.frozen
+class StageFinished(StageEvent):
+    """The stage finished the request normally (stop, length, repetition, prompt ignored)."""
+
+    stop: StopKind = StopKind.STOP
+
+
+@attrs.frozen
+class StageFailed(StageEvent):
+    """The stage failed this request only."""
+
+
+@attrs.frozen
+class ReplicaLost(StageEvent):
+    """The replica this request was bound to at ``stage`` died."""
+
+
+@attrs.frozen
+class AbortDone(StageEvent):
+    """The physical abort at ``stage`` succeeded."""
+
+
+@attrs.frozen
+class AbortFailed(StageEvent):
+    """The physical abort at ``stage`` failed: nothing may be committed."""
+
+
+# -- internal fan-out ------------------------------------------------------------------------
+
+
+@attrs.frozen
+class Admit(RequestEvent):
+    """Admission of a held (``PENDING``) request once the engine resumes."""
+
+
+@attrs.frozen
+class ChildEnded(RequestEvent):
+    """One child of this ``n>1`` parent reached the terminal state ``outcome``."""
+
+    outcome: ReqState
+
+
+@attrs.frozen
+class CompanionEnded(RequestEvent):
+    """One CFG companion of this parent ended: ``ok`` when it finished normally."""
+
+    ok: bool
+
+
+@attrs.frozen
+class EngineFailed(RequestEvent):
+    """The engine died: every open request fails (fatal)."""
+
+
+@attrs.frozen
+class ShutdownAbort(RequestEvent):
+    """The engine shuts down: every open request ends as aborted."""
+
+
+# -- the engine's control plane -------------------------------------------------------------
+
+
+@attrs.frozen
+class Control(Event):
+    """The client calls a control RPC (sleep, wake_up, pause/resume_scheduler)."""
+
+    ORIGIN: ClassVar[str] = CLIENT
+    call_id: int
+    method: ControlMethod
+    level: int = 1
+    tags: frozenset[str] = frozenset()
+
+
+@attrs.frozen
+class RpcDone(Event):
+    """Every worker answered the control RPC ``call_id`` successfully."""
+
+    ORIGIN: ClassVar[str] = RUNTIME
+    call_id: int
+
+
+@attrs.frozen
+class RpcFailed(Event):
+    """A worker raised while executing control RPC ``call_id``."""
+
+    ORIGIN: ClassVar[str] = RUNTIME
+    call_id: int
+    error: str = "worker error"
+
+
+@attrs.frozen
+class EngineDied(Event):
+    """A stage lost its last live replica: the engine is dead."""
+
+    ORIGIN: ClassVar[str] = RUNTIME
+
+
+@attrs.frozen
+class Shutdown(Event):
+    """The client shuts the engine down (orchestrator first, then the runtimes)."""
+
+    ORIGIN: ClassVar[str] = CLIENT
+
+
+REQUEST_EVENTS: tuple[type[RequestEvent], ...] = (
+    Submit, Abort, Scheduled, Preempted, AwaitGrammar, AwaitRemoteKVs, AwaitStreamingReq,
+    AwaitChunk, InputReady, StageOutput, StageFinished, StageFailed, ReplicaLost, AbortDone,
+    AbortFailed, Admit, ChildEnded, CompanionEnded, EngineFailed, ShutdownAbort,
+)  # fmt: skip
+ENGINE_EVENTS: tuple[type[Event], ...] = (Control, RpcDone, RpcFailed, EngineDied, Shutdown)
