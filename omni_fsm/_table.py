@@ -128,15 +128,16 @@ def request_rows() -> list[Row]:
     rows += _rows([S.WAITING], ev.Scheduled, S.RUNNING, ("slot_free",))
     rows += _rows([S.PREEMPTED], ev.Scheduled, S.RUNNING, ("slot_free", "ar_stage"))
     rows += _rows([S.RUNNING], ev.Preempted, S.PREEMPTED, ("ar_stage",))
-    for event, parked in _PARK:
+    for event, parked in _PARK[:2]:  # as upstream: grammar and remote KV waits precede running
         rows += _rows([S.WAITING], event, parked, ("ar_stage", "slot_free"))
+    for event, parked in _PARK[2:]:  # a streaming / chunked input runs, then waits for more
         rows += _rows([S.RUNNING], event, parked, ("ar_stage",))
     rows += _rows(PARKED, ev.InputReady, S.WAITING)
     # outputs and finishes at the current stage
     rows += _rows([S.RUNNING], ev.StageOutput, None, ("final_output_stage", "ar_stage"),
                   effects=(D.ACCUMULATE, D.EMIT_PARTIAL))  # fmt: skip
     rows += _rows([S.RUNNING], ev.StageOutput, None, effects=(D.ACCUMULATE,))
-    rows += _rows([S.WAITING, S.RUNNING], ev.StageFinished, S.FINISHED_IGNORED, ("prompt_ignored",))
+    rows += _rows([S.WAITING], ev.StageFinished, S.FINISHED_IGNORED, ("prompt_ignored",))
     for guard, finished in _FINISH:
         rows += _rows([S.RUNNING], ev.StageFinished, finished, (guard, "last_stage"))
     rows += _rows([S.RUNNING], ev.StageFinished, S.STAGE_DONE, ("companions_pending", "final_output_stage"),
