@@ -27,6 +27,11 @@ def _pending_method(ev: Any, eng: Engine) -> ControlMethod | None:
     return call[0] if call else None
 
 
+def _wakes_all(tags: frozenset[str], sleeping: frozenset[str]) -> bool:
+    """Return whether waking ``tags`` (empty or ``*``: everything) leaves nothing asleep."""
+    return not tags or "*" in tags or tags >= sleeping
+
+
 GUARDS: dict[str, Guard] = {
     "engine_running": lambda r, e, g: g.state is EngineState.RUNNING,
     "engine_paused": lambda r, e, g: g.state is EngineState.PAUSED,
@@ -40,26 +45,37 @@ GUARDS: dict[str, Guard] = {
     "last_companion": lambda r, e, g: r.companions_left == 1,
     "companion_ok": lambda r, e, g: e.ok,
     "last_child": lambda r, e, g: r.children_left == 1,
+    "dependent": lambda r, e, g: r.role is not Role.CLIENT,
     "prompt_ignored": lambda r, e, g: e.stop is StopKind.IGNORED,
+    "nothing_generated": lambda r, e, g: r.tokens == 0,
     "stopped": lambda r, e, g: e.stop is StopKind.STOP,
     "length_capped": lambda r, e, g: e.stop is StopKind.LENGTH,
     "repetition": lambda r, e, g: e.stop is StopKind.REPETITION,
-    "wakes_every_tag": lambda r, e, g: not g.pending_rpcs[e.call_id][2]
-    or g.pending_rpcs[e.call_id][2] >= g.sleep_tags,
+    "wakes_every_tag": lambda r, e, g: _wakes_all(g.pending_rpcs[e.call_id][2], g.sleep_tags),
 }
+def _folds_to(state: ReqState) -> Guard:
+    return lambda r, e, g: fold_outcome(r.worst, e.outcome) is state
+
+
+def _rpc_is(method: ControlMethod) -> Guard:
+    return lambda r, e, g: _pending_method(e, g) is method
+
+
+def _resumes(state: ReqState) -> Guard:
+    return lambda r, e, g: r.resume is state
+
+
 for _state in TERMINAL:
-    GUARDS[f"children_fold_to_{_state.name.lower()}"] = (
-        lambda r, e, g, s=_state: fold_outcome(r.worst, e.outcome) is s
-    )
+    GUARDS[f"children_fold_to_{_state.name.lower()}"] = _folds_to(_state)
 for _method in ControlMethod:
-    GUARDS[f"rpc_is_{_method.value}"] = lambda r, e, g, m=_method: _pending_method(e, g) is m
+    GUARDS[f"rpc_is_{_method.value}"] = _rpc_is(_method)
 
 
 def resumes(state: ReqState) -> str:
     """Return the name of the guard 'the interrupted abort resumes ``state``'."""
     name = f"abort_resumes_{state.name.lower()}"
     if name not in GUARDS:
-        GUARDS[name] = lambda r, e, g, s=state: r.resume is s
+        GUARDS[name] = _resumes(state)
     return name
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import attrs
 
 from omni_fsm._vocab import ControlMethod, EngineState, ReqState, Role, StageKind
@@ -29,12 +31,12 @@ class Record:
         """Return the record's fields as a hashable tuple (the explorer's state)."""
         return (self.state, self.role, self.parent, self.stage, self.last_stage, self.fanout,
                 self.children_left, self.companions_left, self.tokens, self.resume,
-                self.worst, self.sample)  # fmt: skip
+                self.worst, self.sample)
 
-    def load(self, snap: tuple[object, ...]) -> None:
+    def load(self, snap: tuple[Any, ...]) -> None:
         """Restore the fields from :meth:`snapshot`'s tuple."""
         (self.state, self.role, self.parent, self.stage, self.last_stage, self.fanout, self.children_left,
-         self.companions_left, self.tokens, self.resume, self.worst, self.sample) = snap  # type: ignore[assignment]  # fmt: skip
+         self.companions_left, self.tokens, self.resume, self.worst, self.sample) = snap
 
 
 @attrs.define(slots=True, eq=False)
@@ -57,11 +59,10 @@ class Engine:
     def snapshot(self) -> tuple[object, ...]:
         """Return the mutable fields as a hashable tuple."""
         return (self.state, tuple(self.slots_used), self.sleep_level, self.sleep_tags,
-                tuple(sorted(self.pending_rpcs.items(), key=lambda kv: kv[0])))  # fmt: skip
+                tuple(sorted(self.pending_rpcs.items(), key=lambda kv: kv[0])))
 
-    def load(self, snap: tuple[object, ...]) -> None:
+    def load(self, snap: tuple[Any, ...]) -> None:
         """Restore the mutable fields from :meth:`snapshot`'s tuple."""
-        state, slots, self.sleep_level, self.sleep_tags, rpcs = snap  # type: ignore[misc]
-        self.state = state  # type: ignore[assignment]
-        self.slots_used = list(slots)  # type: ignore[call-overload]
-        self.pending_rpcs = dict(rpcs)  # type: ignore[arg-type]
+        self.state, slots, self.sleep_level, self.sleep_tags, rpcs = snap
+        self.slots_used = list(slots)
+        self.pending_rpcs = dict(rpcs)

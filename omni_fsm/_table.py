@@ -13,6 +13,8 @@ transition elsewhere. Anything not in the table is handled by ``MISS_POLICY``:
   ``StageFailed``);
 - an *internal* event with no row is a bug of the core: ``InternalError``.
 
+``MISS_POLICY`` names these outcomes by event origin; ``core.Lifecycle`` carries them out.
+
 Entering any terminal state runs ``ON_TERMINAL`` (emit the one terminal, notify the parent,
 abort open dependents, drop the record), so every terminal path cleans up the same way.
 Slots are not effects: a record occupies one slot of its current stage exactly while its state
@@ -48,6 +50,7 @@ class Effect(enum.Enum):
     NOTE_COMPANION = "note_companion"  #: one companion fewer outstanding
     ACK_ABORT = "ack_abort"  #: the abort request is accepted (observable: abort requested)
     REMEMBER_RESUME = "remember_resume"  #: keep the interrupted state for a failed abort
+    FOLLOW_INTERRUPTED = "follow_interrupted"  #: move the interrupted state as this table says
     SEND_ABORT = "send_abort"  #: ask the bound stage to abort physically
     COMMIT_ABORT = "commit_abort"  #: commit the abort (only after the physical abort)
     ANSWER_ABORT_FAILED = "answer_abort_failed"  #: the abort caller learns it failed
@@ -89,14 +92,21 @@ class Row:
         return self.event.__name__ + (f" [{' & '.join(conds)}]" if conds else "")
 
 
+#: What happens to an event the table has no row for, by the event's ``ORIGIN``.
+MISS_POLICY: dict[str, str] = {
+    ev.CLIENT: "raise LifecycleError; nothing changes",
+    ev.RUNTIME: "drop and count if the id is untracked or the stage stale; else fail the request (error)",
+    ev.INTERNAL: "raise InternalError (a bug of the core)",
+}
+
 ON_TERMINAL: tuple[Effect, ...] = (
     Effect.EMIT_TERMINAL, Effect.NOTIFY_PARENT, Effect.ABORT_DEPENDENTS, Effect.RELEASE,
-)  # fmt: skip
+)
 
 
 def _rows(sources: Iterable[enum.Enum], event: type[ev.Event], target: enum.Enum | None = None,
           when: tuple[str, ...] = (), unless: tuple[str, ...] = (),
-          effects: tuple[Effect, ...] = ()) -> list[Row]:  # fmt: skip
+          effects: tuple[Effect, ...] = ()) -> list[Row]:
     """One row per source; ``target=None`` means 'stay in the source state'."""
     order = sorted(sources, key=lambda s: s.name)
     return [Row(s, event, s if target is None else target, when, unless, effects) for s in order]
@@ -108,79 +118,97 @@ ABORTABLE_BOUND = BOUND
 #: Live states whose runtime reports about the current stage are judged by the table.
 STAGE_LIVE = BOUND | {S.ABORTING}
 _FINISH = (("stopped", S.FINISHED_STOPPED), ("length_capped", S.FINISHED_LENGTH_CAPPED),
-           ("repetition", S.FINISHED_REPETITION))  # fmt: skip
-_PARK = ((ev.AwaitGrammar, S.WAITING_FOR_GRAMMAR), (ev.AwaitRemoteKVs, S.WAITING_FOR_REMOTE_KVS),
-         (ev.AwaitStreamingReq, S.WAITING_FOR_STREAMING_REQ), (ev.AwaitChunk, S.WAITING_FOR_CHUNK))  # fmt: skip
+           ("repetition", S.FINISHED_REPETITION))
+_PARK: tuple[tuple[type[ev.StageEvent], S], ...] = (
+    (ev.AwaitGrammar, S.WAITING_FOR_GRAMMAR),
+    (ev.AwaitRemoteKVs, S.WAITING_FOR_REMOTE_KVS),
+    (ev.AwaitStreamingReq, S.WAITING_FOR_STREAMING_REQ),
+    (ev.AwaitChunk, S.WAITING_FOR_CHUNK),
+)
 
 
 def request_rows() -> list[Row]:
     """Return the request lifecycle table, in match order."""
     rows: list[Row] = []
     # admission: submit (or admit a held request); refuse while sleeping
-    for src, event in ((S.NEW, ev.Submit), (S.PENDING, ev.Admit)):
+    admissions: tuple[tuple[S, type[ev.Event]], ...] = ((S.NEW, ev.Submit), (S.PENDING, ev.Admit))
+    for src, event in admissions:
         rows += _rows([src], event, S.AWAITING_CHILDREN, ("engine_running", "parallel_parent"),
-                      effects=(D.SPAWN_CHILDREN,))  # fmt: skip
+                      effects=(D.SPAWN_CHILDREN,))
         rows += _rows([src], event, S.WAITING, ("engine_running",),
-                      effects=(D.DISPATCH, D.SPAWN_COMPANIONS))  # fmt: skip
+                      effects=(D.DISPATCH, D.SPAWN_COMPANIONS))
         rows += _rows([src], event, S.PENDING, ("engine_paused",))
         rows += _rows([src], event, S.FINISHED_ERROR, ("engine_sleeping",))
     # the stage scheduler (AR sub-states are vLLM's RequestStatus; diffusion uses a subset)
     rows += _rows([S.WAITING], ev.Scheduled, S.RUNNING, ("slot_free",))
     rows += _rows([S.PREEMPTED], ev.Scheduled, S.RUNNING, ("slot_free", "ar_stage"))
     rows += _rows([S.RUNNING], ev.Preempted, S.PREEMPTED, ("ar_stage",))
-    for event, parked in _PARK[:2]:  # as upstream: grammar and remote KV waits precede running
-        rows += _rows([S.WAITING], event, parked, ("ar_stage", "slot_free"))
-    for event, parked in _PARK[2:]:  # a streaming / chunked input runs, then waits for more
-        rows += _rows([S.RUNNING], event, parked, ("ar_stage",))
+    for wait, parked in _PARK[:2]:  # as upstream: grammar and remote KV waits precede running
+        rows += _rows([S.WAITING], wait, parked, ("ar_stage", "slot_free", "nothing_generated"))
+    for wait, parked in _PARK[2:]:  # a streaming / chunked input runs, then waits for more
+        rows += _rows([S.RUNNING], wait, parked, ("ar_stage",))
     rows += _rows(PARKED, ev.InputReady, S.WAITING)
     # outputs and finishes at the current stage
     rows += _rows([S.RUNNING], ev.StageOutput, None, ("final_output_stage", "ar_stage"),
-                  effects=(D.ACCUMULATE, D.EMIT_PARTIAL))  # fmt: skip
+                  effects=(D.ACCUMULATE, D.EMIT_PARTIAL))
     rows += _rows([S.RUNNING], ev.StageOutput, None, effects=(D.ACCUMULATE,))
-    rows += _rows([S.WAITING], ev.StageFinished, S.FINISHED_IGNORED, ("prompt_ignored",))
+    rows += _rows([S.WAITING], ev.StageFinished, S.FINISHED_IGNORED, ("prompt_ignored", "nothing_generated"))
     for guard, finished in _FINISH:
         rows += _rows([S.RUNNING], ev.StageFinished, finished, (guard, "last_stage"))
+    more = ("last_stage", "prompt_ignored")  # an earlier stage finished: forward (or wait)
     rows += _rows([S.RUNNING], ev.StageFinished, S.STAGE_DONE, ("companions_pending", "final_output_stage"),
-                  effects=(D.EMIT_STAGE_FINAL,))  # fmt: skip
-    rows += _rows([S.RUNNING], ev.StageFinished, S.STAGE_DONE, ("companions_pending",))
-    rows += _rows([S.RUNNING], ev.StageFinished, S.WAITING, ("final_output_stage",),
-                  effects=(D.EMIT_STAGE_FINAL, D.FORWARD))  # fmt: skip
-    rows += _rows([S.RUNNING], ev.StageFinished, S.WAITING, effects=(D.FORWARD,))
+                  more, (D.EMIT_STAGE_FINAL,))
+    rows += _rows([S.RUNNING], ev.StageFinished, S.STAGE_DONE, ("companions_pending",), more)
+    rows += _rows([S.RUNNING], ev.StageFinished, S.WAITING, ("final_output_stage",), more,
+                  (D.EMIT_STAGE_FINAL, D.FORWARD))
+    rows += _rows([S.RUNNING], ev.StageFinished, S.WAITING, unless=more, effects=(D.FORWARD,))
     # CFG companions: forward only once every companion is done; a lost one fails the parent
     rows += _rows([S.STAGE_DONE], ev.CompanionEnded, S.WAITING, ("companion_ok", "last_companion"),
-                  effects=(D.NOTE_COMPANION, D.FORWARD))  # fmt: skip
+                  effects=(D.NOTE_COMPANION, D.FORWARD))
     rows += _rows(LIVE - {S.NEW}, ev.CompanionEnded, None, ("companion_ok",), effects=(D.NOTE_COMPANION,))
     rows += _rows([S.ABORTING], ev.CompanionEnded, None, effects=(D.NOTE_COMPANION,))
     rows += _rows(LIVE - {S.NEW, S.ABORTING}, ev.CompanionEnded, S.FINISHED_ERROR,
-                  effects=(D.NOTE_COMPANION,))  # fmt: skip
+                  effects=(D.NOTE_COMPANION,))
     # parallel sampling: the parent ends once, after its last child, with the worst outcome
-    rows += _rows([S.AWAITING_CHILDREN], ev.ChildEnded, None, unless=("last_child",),
-                  effects=(D.NOTE_CHILD,))  # fmt: skip
+    parents = (S.AWAITING_CHILDREN, S.ABORTING_CHILDREN)
+    rows += _rows(parents, ev.ChildEnded, None, unless=("last_child",), effects=(D.NOTE_CHILD,))
     for outcome in sorted(TERMINAL, key=lambda s: s.name):
-        rows += _rows([S.AWAITING_CHILDREN], ev.ChildEnded, outcome,
-                      ("last_child", f"children_fold_to_{outcome.name.lower()}"), effects=(D.NOTE_CHILD,))  # fmt: skip
+        last = ("last_child", f"children_fold_to_{outcome.name.lower()}")
+        rows += _rows([S.AWAITING_CHILDREN], ev.ChildEnded, outcome, last, effects=(D.NOTE_CHILD,))
+        commit = (D.COMMIT_ABORT,) if outcome is S.FINISHED_ABORTED else ()
+        rows += _rows([S.ABORTING_CHILDREN], ev.ChildEnded, outcome, last, effects=(D.NOTE_CHILD, *commit))
     # abort: requested -> physical abort at the bound stage -> committed (or resumed on failure)
     rows += _rows(ABORTABLE_BOUND, ev.Abort, S.ABORTING,
-                  effects=(D.ACK_ABORT, D.REMEMBER_RESUME, D.SEND_ABORT, D.ABORT_COMPANIONS))  # fmt: skip
+                  effects=(D.ACK_ABORT, D.REMEMBER_RESUME, D.SEND_ABORT, D.ABORT_COMPANIONS))
     rows += _rows([S.PENDING, S.STAGE_DONE], ev.Abort, S.FINISHED_ABORTED,
-                  effects=(D.ACK_ABORT, D.ABORT_COMPANIONS, D.COMMIT_ABORT))  # fmt: skip
-    rows += _rows([S.AWAITING_CHILDREN], ev.Abort, None, effects=(D.ACK_ABORT, D.ABORT_CHILDREN))
-    rows += _rows([S.ABORTING], ev.Abort, None)
+                  effects=(D.ACK_ABORT, D.ABORT_COMPANIONS, D.COMMIT_ABORT))
+    rows += _rows([S.AWAITING_CHILDREN], ev.Abort, S.ABORTING_CHILDREN, effects=(D.ACK_ABORT, D.ABORT_CHILDREN))
+    rows += _rows([S.ABORTING, S.ABORTING_CHILDREN], ev.Abort, None)  # idempotent
+    rows += _rows([S.ABORTING], ev.AbortFailed, None, ("dependent",), effects=(D.SEND_ABORT,))  # parent's abort: retry
     rows += _rows([S.ABORTING], ev.AbortDone, S.FINISHED_ABORTED, effects=(D.COMMIT_ABORT,))
     for interrupted in sorted(ABORTABLE_BOUND, key=lambda s: s.name):
         rows += _rows([S.ABORTING], ev.AbortFailed, interrupted, (resumes(interrupted),),
-                      effects=(D.ANSWER_ABORT_FAILED,))  # fmt: skip
-    rows += _rows([S.ABORTING], ev.StageOutput, None, effects=(D.ACCUMULATE,))
+                      effects=(D.ANSWER_ABORT_FAILED,))
+    rows += _rows([S.ABORTING], ev.StageOutput, None, (resumes(S.RUNNING),), effects=(D.ACCUMULATE,))
     rows += _rows([S.ABORTING], ev.StageFinished, S.FINISHED_ABORTED, effects=(D.COMMIT_ABORT,))
-    status_reports = (ev.Scheduled, ev.Preempted, ev.InputReady, *(e for e, _ in _PARK))
-    for report in status_reports:  # the scheduler may still move it until the abort lands
-        rows += _rows([S.ABORTING], report, None)
+    rows += _follow_interrupted(rows)
     # failures, engine death, shutdown: from every live state
     rows += _rows(STAGE_LIVE, ev.StageFailed, S.FINISHED_ERROR)
     rows += _rows(STAGE_LIVE, ev.ReplicaLost, S.FINISHED_ERROR)
     rows += _rows(LIVE - {S.NEW}, ev.EngineFailed, S.FAILED_FATAL)
     rows += _rows(LIVE - {S.NEW}, ev.ShutdownAbort, S.FINISHED_ABORTED)
     return rows
+
+
+def _follow_interrupted(rows: list[Row]) -> list[Row]:
+    """Until the physical abort lands the stage scheduler may still move the request.
+
+    Derived from the rows above: a scheduler report that moves the interrupted state (to a
+    state still bound to the stage) moves it while ``ABORTING`` too; any other is illegal.
+    """
+    reports = {ev.Scheduled, ev.Preempted, ev.InputReady, *(e for e, _ in _PARK)}
+    return [Row(S.ABORTING, r.event, S.ABORTING, (resumes(r.source), *r.when), r.unless, (D.FOLLOW_INTERRUPTED,))
+            for r in rows if r.event in reports and r.source in ABORTABLE_BOUND and r.target in BOUND]
 
 
 _LIVE_ENGINE = (E.RUNNING, E.PAUSED, E.SLEEPING)
@@ -193,16 +221,16 @@ def engine_rows() -> list[Row]:
     ok = (D.ANSWER_RPC,)
     rows += _rows([E.RUNNING, E.PAUSED], ev.RpcDone, E.PAUSED, ("rpc_is_pause_scheduler",), effects=ok)
     rows += _rows([E.RUNNING, E.PAUSED], ev.RpcDone, E.RUNNING, ("rpc_is_resume_scheduler",),
-                  effects=(D.ANSWER_RPC, D.ADMIT_HELD))  # fmt: skip
+                  effects=(D.ANSWER_RPC, D.ADMIT_HELD))
     rows += _rows(_LIVE_ENGINE, ev.RpcDone, E.SLEEPING, ("rpc_is_sleep",), effects=(D.NOTE_SLEEP, D.ANSWER_RPC))
     rows += _rows([E.SLEEPING], ev.RpcDone, E.PAUSED, ("rpc_is_wake_up", "wakes_every_tag"),
-                  effects=(D.NOTE_WAKE, D.ANSWER_RPC))  # fmt: skip
+                  effects=(D.NOTE_WAKE, D.ANSWER_RPC))
     rows += _rows([E.SLEEPING], ev.RpcDone, None, ("rpc_is_wake_up",), effects=(D.NOTE_WAKE, D.ANSWER_RPC))
     rows += _rows(_LIVE_ENGINE, ev.RpcDone, None, effects=ok)  # no change of state (e.g. wake while awake)
     rows += _rows(_LIVE_ENGINE, ev.RpcFailed, None, effects=(D.ANSWER_RPC_ERROR,))
     rows += _rows(_LIVE_ENGINE, ev.EngineDied, E.DEAD, effects=(D.FAIL_PENDING_RPCS, D.FAIL_ALL_OPEN))
     rows += _rows([*_LIVE_ENGINE, E.DEAD], ev.Shutdown, E.STOPPED,
-                  effects=(D.FAIL_PENDING_RPCS, D.ABORT_ALL_OPEN, D.STOP_ORCHESTRATOR, D.STOP_RUNTIMES))  # fmt: skip
+                  effects=(D.FAIL_PENDING_RPCS, D.ABORT_ALL_OPEN, D.STOP_ORCHESTRATOR, D.STOP_RUNTIMES))
     rows += _rows([E.STOPPED], ev.Shutdown, None)  # idempotent
     return rows
 
@@ -224,4 +252,4 @@ class Spec:
 
 SPEC = Spec(tuple(request_rows()), tuple(engine_rows()))
 
-__all__ = ["ABORTABLE_BOUND", "ON_TERMINAL", "SPEC", "STAGE_LIVE", "Effect", "Row", "Spec"]
+__all__ = ["ABORTABLE_BOUND", "MISS_POLICY", "ON_TERMINAL", "SPEC", "STAGE_LIVE", "Effect", "Row", "Spec"]

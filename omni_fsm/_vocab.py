@@ -27,6 +27,7 @@ class ReqState(enum.Enum):
     PREEMPTED = "preempted"  #: AR only: evicted, back in the queue, holds no slot
     STAGE_DONE = "stage_done"  #: stage finished; waits for CFG companions before forwarding
     AWAITING_CHILDREN = "awaiting_children"  #: ``n>1`` parent: its children do the work
+    ABORTING_CHILDREN = "aborting_children"  #: ``n>1`` parent aborted: waits for its last child
     ABORTING = "aborting"  #: abort requested; physical abort at the bound stages in flight
     FINISHED_STOPPED = "finished_stopped"
     FINISHED_LENGTH_CAPPED = "finished_length_capped"

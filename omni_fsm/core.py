@@ -18,12 +18,20 @@ from omni_fsm._guards import fold_outcome
 from omni_fsm._record import Engine, Record
 from omni_fsm._table import SPEC, STAGE_LIVE, Effect, Row, Spec
 from omni_fsm._vocab import (
-    TERMINAL, TERMINAL_OUTCOME, EngineState, Outcome, ReqState, Role, StageKind, StopKind,
-)  # fmt: skip
+    BOUND,
+    TERMINAL,
+    TERMINAL_OUTCOME,
+    EngineState,
+    Outcome,
+    ReqState,
+    Role,
+    StageKind,
+    StopKind,
+)
 from omni_fsm.errors import InternalError, LifecycleError
 
 _STOP_REASON = {StopKind.STOP: "stop", StopKind.LENGTH: "length", StopKind.REPETITION: "repetition",
-                StopKind.IGNORED: "length"}  # fmt: skip
+                StopKind.IGNORED: "length"}
 Out = list[ob.Observation]
 
 
@@ -52,7 +60,7 @@ class Lifecycle:
     """
 
     def __init__(self, kinds: Iterable[StageKind], final: Iterable[bool], capacity: int = 1 << 30,
-                 spec: Spec = SPEC) -> None:  # fmt: skip
+                 spec: Spec = SPEC) -> None:
         kinds_t, final_t = tuple(kinds), tuple(final)
         if not kinds_t or len(kinds_t) != len(final_t):
             raise ValueError("a pipeline needs at least one stage and one 'final' flag per stage")
@@ -111,12 +119,12 @@ class Lifecycle:
         rec = self.records.get(event.rid)
         if event.__class__ is ev.Submit:
             if rec is None:
-                rec = self._admit_client(event)  # type: ignore[arg-type]
-                out.append(ob.Submitted(rec.rid, Role.CLIENT, -1, event.n, event.companions))  # type: ignore[attr-defined]
+                rec = self._admit_client(event)
+                out.append(ob.Submitted(rec.rid, Role.CLIENT, -1, event.n, event.companions))
             elif rec.state is not ReqState.NEW or top:
                 raise LifecycleError(rec.rid, rec.state, event, "id already tracked")
         elif rec is None:
-            if event.ORIGIN != ev.INTERNAL:
+            if top:  # fan-out to a dependent that already ended is silent
                 self.counters.dropped_unknown += 1
                 out.append(ob.Dropped(event.rid, type(event).__name__, "unknown"))
             return
@@ -136,7 +144,7 @@ class Lifecycle:
                 raise LifecycleError(dep, self.records[dep].state, event, "dependent id already tracked")
         fanout = event.n if event.n > 1 else event.companions
         rec = Record(event.rid, last_stage=len(self.engine.kinds) - 1, fanout=fanout,
-                     children_left=event.n if event.n > 1 else 0, companions_left=event.companions)  # fmt: skip
+                     children_left=event.n if event.n > 1 else 0, companions_left=event.companions)
         self.records[event.rid] = rec
         return rec
 
@@ -150,6 +158,7 @@ class Lifecycle:
             if event.ORIGIN == ev.INTERNAL:
                 raise InternalError(f"no row for internal {event!r} in {rec.state!r}")
             self.counters.failed_illegal += 1
+            out.append(ob.Rejected(rec.rid, type(event).__name__))
             return self._fire(rec, ev.StageFailed(rec.rid, rec.stage), out)
         source = rec.state
         rec.state = row.target  # type: ignore[assignment]
@@ -270,12 +279,13 @@ def _emit_terminal(lc: Lifecycle, rec: Record, event: Any, source: ReqState, out
     eng = lc.engine
     keeps_prefix = eng.kinds[rec.stage] is StageKind.AR and eng.final[rec.stage]
     cumulative = rec.tokens if (outcome is not Outcome.ABORTED or keeps_prefix) else 0
-    if rec.role is Role.CLIENT:
-        out.append(ob.Emitted(rec.rid, rec.stage, 0, cumulative, finished=True, outcome=outcome,
-                              reason=reason.value))  # fmt: skip
+    if rec.role is Role.CLIENT:  # an n>1 parent ends where its samples ended: the last stage
+        stage = rec.last_stage if source in _PARENT_STATES else rec.stage
+        out.append(ob.Emitted(rec.rid, stage, 0, cumulative, finished=True, outcome=outcome,
+                              reason=reason.value))
     elif rec.role is Role.CHILD:  # one sample ends; the parent's terminal comes after the last
         out.append(ob.Emitted(rec.parent, rec.stage, 0, cumulative, stage_final=True, outcome=outcome,
-                              reason=reason.value, sample=rec.sample))  # fmt: skip
+                              reason=reason.value, sample=rec.sample))
 
 
 def _notify_parent(lc: Lifecycle, rec: Record, event: Any, source: ReqState, out: Out) -> None:
@@ -284,6 +294,16 @@ def _notify_parent(lc: Lifecycle, rec: Record, event: Any, source: ReqState, out
     elif rec.role is Role.COMPANION:
         ok = TERMINAL_OUTCOME[rec.state][0] is Outcome.FINISHED
         lc._queue.append(ev.CompanionEnded(rec.parent, ok))
+
+
+def _follow_interrupted(lc: Lifecycle, rec: Record, event: Any, source: ReqState, out: Out) -> None:
+    """While aborting, the scheduler may still move the request: track it on the interrupted state."""
+    proxy = Record(rec.rid, rec.resume or ReqState.WAITING, rec.role, rec.parent, rec.stage, rec.last_stage)
+    proxy.tokens = rec.tokens
+    row = lc.table.select(proxy, event, lc.engine)
+    if row is None or row.target not in BOUND:
+        raise InternalError(f"no bound move of the interrupted {rec.resume!r} on {event!r}")
+    rec.resume = row.target
 
 
 def _release(lc: Lifecycle, rec: Record, event: Any, source: ReqState, out: Out) -> None:
@@ -313,10 +333,11 @@ _EFFECTS: dict[Effect, Fx] = {
     Effect.EMIT_STAGE_FINAL: _emit_stage_final,
     Effect.FORWARD: _forward,
     Effect.NOTE_CHILD: _set(children_left=lambda r, e, s: r.children_left - 1,
-                            worst=lambda r, e, s: fold_outcome(r.worst, e.outcome)),  # fmt: skip
+                            worst=lambda r, e, s: fold_outcome(r.worst, e.outcome)),
     Effect.NOTE_COMPANION: _set(companions_left=lambda r, e, s: r.companions_left - 1),
     Effect.ACK_ABORT: lambda lc, rec, e, s, out: out.append(ob.AbortRequested(rec.rid)),
     Effect.REMEMBER_RESUME: _set(resume=lambda r, e, s: s),
+    Effect.FOLLOW_INTERRUPTED: _follow_interrupted,
     Effect.SEND_ABORT: _send_abort,
     Effect.COMMIT_ABORT: _commit_abort,
     Effect.ANSWER_ABORT_FAILED: _answer_abort_failed,
@@ -367,11 +388,17 @@ def _fail_pending_rpcs(lc: Lifecycle, event: Any, out: Out) -> None:
 
 def _fan_out(make: Callable[[int], ev.RequestEvent]) -> EngineFx:
     def effect(lc: Lifecycle, event: Any, out: Out) -> None:
-        for rid in sorted(lc.records):  # parents before their dependents
+        # n>1 children first (their parent ends with its last child), then clients, then companions
+        order = sorted(lc.records.items(), key=lambda kv: (_FAN_OUT_ORDER[kv[1].role], kv[0]))
+        for rid, _ in order:
             lc._queue.append(make(rid))
         lc._drain(out)  # every open request ends before the engine's next effect
 
     return effect
+
+
+_FAN_OUT_ORDER = {Role.CHILD: 0, Role.CLIENT: 1, Role.COMPANION: 2}
+_PARENT_STATES = frozenset({ReqState.AWAITING_CHILDREN, ReqState.ABORTING_CHILDREN})
 
 
 def _admit_held(lc: Lifecycle, event: Any, out: Out) -> None:

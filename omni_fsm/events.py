@@ -217,5 +217,5 @@ REQUEST_EVENTS: tuple[type[RequestEvent], ...] = (
     Submit, Abort, Scheduled, Preempted, AwaitGrammar, AwaitRemoteKVs, AwaitStreamingReq,
     AwaitChunk, InputReady, StageOutput, StageFinished, StageFailed, ReplicaLost, AbortDone,
     AbortFailed, Admit, ChildEnded, CompanionEnded, EngineFailed, ShutdownAbort,
-)  # fmt: skip
+)
 ENGINE_EVENTS: tuple[type[Event], ...] = (Control, RpcDone, RpcFailed, EngineDied, Shutdown)

@@ -116,6 +116,14 @@ class Dropped(Observation):
 
 
 @attrs.frozen
+class Rejected(Observation):
+    """A runtime report the lifecycle has no transition for: the request fails with ``error``."""
+
+    rid: int
+    event: str
+
+
+@attrs.frozen
 class Released(Observation):
     """No state is kept for ``rid`` any more."""
 

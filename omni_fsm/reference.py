@@ -85,12 +85,12 @@ class _StaticMachine:
 
     def trigger(self, subject: Any, event: Any, engine: Engine) -> Row | None:
         """Trigger ``event`` on ``subject``; return the row whose transition fired, else ``None``."""
-        trigger = self.machine.events.get(event.__class__.__name__)
-        if trigger is None:  # no row for this event type at all
+        library_event = self.machine.events.get(event.__class__.__name__)  # machine.events[name]
+        if library_event is None:  # no row for this event type at all
             return None
         self.fired = None
         try:
-            moved = trigger.trigger(subject, event, engine)
+            moved = library_event.trigger(subject, event, engine)
         except MachineError:  # no row for this event type from this state
             return None
         row, self.fired = self.fired, None
@@ -99,7 +99,7 @@ class _StaticMachine:
 
 @functools.cache
 def _static_machine(rows: tuple[Row, ...], states: type[enum.Enum],
-                    guards: tuple[tuple[str, Guard], ...]) -> _StaticMachine:  # fmt: skip
+                    guards: tuple[tuple[str, Guard], ...]) -> _StaticMachine:
     """Return the one machine for ``rows`` (keyed by the guard functions too: a patched guard rebuilds)."""
     return _StaticMachine(rows, states, dict(guards))
 

@@ -114,9 +114,9 @@ _AR_STATUS: dict[type, str] = {
     ev.Scheduled: up.RUNNING, ev.Preempted: up.PREEMPTED, ev.AwaitGrammar: up.GRAMMAR,
     ev.AwaitRemoteKVs: up.REMOTE_KVS, ev.AwaitStreamingReq: up.STREAMING,
     ev.AwaitChunk: up.CHUNK, ev.InputReady: up.WAITING, ev.StageFinished: up.FINISHED,
-}  # fmt: skip
+}
 _REASONS = {Outcome.FINISHED: {"stop", "length", "repetition"}, Outcome.ABORTED: {"abort"},
-            Outcome.FAILED: {"error"}, Outcome.FATAL: {"error"}}  # fmt: skip
+            Outcome.FAILED: {"error"}, Outcome.FATAL: {"error"}}
 _RUNTIME_ABOUT_REQUEST = (ev.StageEvent,)
 
 
@@ -136,6 +136,7 @@ class View:
     generated: int = 0  #: tokens the runtime reported at the current stage
     status: str = up.WAITING  #: AR status at the current stage
     last_emit_stage: int = -1
+    sample_stages: tuple[int, ...] = ()  #: n>1 parent: last stage messaged, per sample
     terminals: int = 0
     abort_requested: bool = False
     abort_sent: int = -1  #: stage a physical abort was sent to (-1: none pending)
@@ -145,8 +146,17 @@ class View:
     while_sleeping: bool = False  #: submitted while the engine slept
 
     def snapshot(self) -> tuple[Any, ...]:
-        """Return the view as a hashable tuple."""
-        return attrs.astuple(self, recurse=False)
+        """Return the view as a hashable tuple (field order)."""
+        return (self.role, self.parent, self.children, self.open_children, self.companions,
+                self.companions_done, self.stage, self.forwarded_to, self.finished_at, self.generated,
+                self.status, self.last_emit_stage, self.sample_stages, self.terminals, self.abort_requested,
+                self.abort_sent, self.abort_ok, self.slot, self.released, self.while_sleeping)
+
+    def settle(self) -> None:
+        """Forget what no rule reads once the request's state is dropped (bounded memory)."""
+        keep = (self.role, self.parent, self.terminals)
+        self.__init__()  # type: ignore[misc]
+        self.role, self.parent, self.terminals, self.released = (*keep, True)
 
 
 class Monitor:
@@ -177,20 +187,22 @@ class Monitor:
         """Judge one step (an input event and what the engine produced for it); return new violations."""
         self.steps += 1
         before = len(self.violations)
-        dropped = any(isinstance(o, ob.Dropped) for o in outputs)
+        about = event.rid if isinstance(event, ev.RequestEvent) else -1
+        dropped = any(isinstance(o, ob.Dropped) and o.rid == about for o in outputs)
+        rejected = any(isinstance(o, ob.Rejected) and o.rid == about for o in outputs)
         terminal_rids = [o.rid for o in outputs if isinstance(o, ob.Emitted) and o.finished]
         if isinstance(event, ev.StageEvent):
-            self._runtime_report(event, outputs, dropped, terminal_rids)
+            self._runtime_report(event, outputs, dropped, rejected)
         for obs in outputs:
             handler = _HANDLERS.get(type(obs))
             if handler is not None:
                 handler(self, obs)
         if event is not None:
-            self._step_rules(event, outputs, dropped, terminal_rids)
+            self._step_rules(event, outputs, dropped, terminal_rids, rejected)
         return self.violations[before:]
 
     def _runtime_report(self, event: ev.StageEvent, outputs: Sequence[ob.Observation], dropped: bool,
-                        terminal_rids: list[int]) -> None:  # fmt: skip
+                        rejected: bool) -> None:
         view = self._view(event.rid)
         if view is None or view.released:
             if not dropped:
@@ -200,24 +212,20 @@ class Monitor:
             return
         if event.stage != view.stage:
             self._fail(ASSIGNED_WORK, event.rid, f"{type(event).__name__} at stage {event.stage} acted on; "
-                                                 f"assigned stage is {view.stage}")  # fmt: skip
+                                                 f"assigned stage is {view.stage}")
             return
-        rejected = any(isinstance(o, ob.Released) and o.rid == event.rid for o in outputs) and any(
-            isinstance(o, ob.Emitted) and o.outcome is Outcome.FAILED for o in outputs
-        )
         if isinstance(event, ev.StageOutput):
             view.generated += event.tokens
         elif isinstance(event, ev.StageFinished) and not rejected:
             view.finished_at = event.stage
         elif isinstance(event, ev.AbortDone):
             view.abort_ok = True
-        elif isinstance(event, ev.AbortFailed):
-            if any(isinstance(o, (ob.AbortCommitted, ob.Released)) and o.rid == event.rid for o in outputs):
-                self._fail(COMMIT_AFTER_PHYSICAL, event.rid, "a failed physical abort was committed")
+        elif isinstance(event, ev.AbortFailed) and view.abort_requested and any(
+            isinstance(o, ob.AbortCommitted) and o.rid == event.rid for o in outputs
+        ):
+            self._fail(COMMIT_AFTER_PHYSICAL, event.rid, "a failed physical abort was committed")
         target = _AR_STATUS.get(type(event))
         if target is not None and not rejected and self.kinds[event.stage] is StageKind.AR:
-            if view.abort_requested and target != up.FINISHED:
-                return  # the scheduler may still move it until the physical abort lands
             if not up.allowed(view.status, target):
                 self._fail(AR_UPSTREAM, event.rid, f"{view.status} -> {target} is not an upstream transition")
             view.status = target
@@ -225,8 +233,10 @@ class Monitor:
     # -- rules about a whole step ---------------------------------------------------------------
 
     def _step_rules(self, event: ev.Event, outputs: Sequence[ob.Observation], dropped: bool,
-                    terminal_rids: list[int]) -> None:  # fmt: skip
-        if isinstance(event, (ev.StageFailed, ev.ReplicaLost)) and not dropped:
+                    terminal_rids: list[int], rejected: bool) -> None:
+        if isinstance(event, ev.StageEvent) and not dropped and (
+            rejected or isinstance(event, (ev.StageFailed, ev.ReplicaLost))
+        ):
             family = self._family(event.rid)
             for rid in terminal_rids:
                 if rid not in family:
@@ -245,16 +255,16 @@ class Monitor:
         elif isinstance(event, ev.Shutdown):
             self._all_open_end(outputs, Outcome.ABORTED, SHUTDOWN_ENDS_ALL)
         elif isinstance(event, ev.Abort) and any(isinstance(o, ob.AbortRequested) and o.rid == event.rid
-                                                 for o in outputs):  # fmt: skip
+                                                 for o in outputs):
             self._abort_reaches(event.rid, outputs)
         elif isinstance(event, ev.AbortDone) and not dropped:
             view = self._view(event.rid)
             if view is not None and not view.released and view.abort_requested:
                 self._fail(ABORT_ENDS, event.rid, "the physical abort succeeded but the request did not end")
         failed = {o.rid for o in outputs if isinstance(o, ob.Emitted) and o.finished and o.outcome is Outcome.FAILED}
-        for parent in self._lost_companions:
-            if parent not in failed:
-                self._fail(COMPANION_GATE, parent, "a companion was lost but the parent did not fail")
+        for lost_parent in self._lost_companions:
+            if lost_parent not in failed:
+                self._fail(COMPANION_GATE, lost_parent, "a companion was lost but the parent did not fail")
         self._lost_companions.clear()
         released = {o.rid for o in outputs if isinstance(o, ob.Released)}
         for rid in terminal_rids:
@@ -291,7 +301,7 @@ class Monitor:
         asked = {o.rid for o in outputs if isinstance(o, ob.AbortRequested)}
         ended = {o.rid for o in outputs if isinstance(o, ob.Released)}
         for dep, dview in self.views.items():
-            if dview.parent != rid or dview.released or dep in asked or dep in ended:
+            if dview.parent != rid or dview.released or dview.abort_requested or dep in asked or dep in ended:
                 continue
             check = PARALLEL_ABORT if dview.role is Role.CHILD else COMPANION_GATE
             self._fail(check, dep, f"the abort of parent {rid} did not reach this {dview.role.value}")
@@ -314,7 +324,7 @@ class Monitor:
         """Return the monitor's facts (not its violations) as a hashable tuple."""
         views = tuple((rid, v.snapshot()) for rid, v in sorted(self.views.items()))
         return (self.engine, tuple(self.slots), tuple(sorted(self.rpcs.items(), key=lambda kv: kv[0])),
-                self.stopped, views)  # fmt: skip
+                self.stopped, views)
 
     def restore(self, snap: tuple[Any, ...]) -> None:
         """Set the facts from :meth:`snapshot`'s tuple; forget violations."""
@@ -330,7 +340,7 @@ class Monitor:
 
 def _on_submitted(m: Monitor, o: ob.Submitted) -> None:
     view = View(role=o.role, parent=o.parent, companions=o.companions,
-                while_sleeping=m.engine is EngineState.SLEEPING)  # fmt: skip
+                while_sleeping=m.engine is EngineState.SLEEPING)
     m.views[o.rid] = view
     parent = m._view(o.parent)
     if parent is not None and o.role is Role.CHILD:
@@ -378,8 +388,13 @@ def _on_emitted(m: Monitor, o: ob.Emitted) -> None:
         m._fail(ONE_TERMINAL, o.rid, "a second terminal")
     elif view.terminals:
         m._fail(STAGE_ORDER, o.rid, "a message after the terminal")
-    if o.stage < view.last_emit_stage:
-        m._fail(STAGE_ORDER, o.rid, f"stage {o.stage} message after a stage {view.last_emit_stage} message")
+    last = view.last_emit_stage
+    if o.sample >= 0:  # each sample's stream is ordered on its own
+        stages = view.sample_stages + (-1,) * (o.sample + 1 - len(view.sample_stages))
+        last = stages[o.sample]
+        view.sample_stages = (*stages[: o.sample], max(last, o.stage), *stages[o.sample + 1 :])
+    if o.stage < last:
+        m._fail(STAGE_ORDER, o.rid, f"stage {o.stage} message after a stage {last} message")
     if m.stopped:
         m._fail(SHUTDOWN_ORDER, o.rid, "a message after the orchestrator stopped")
     kind = m.kinds[o.stage] if 0 <= o.stage < len(m.kinds) else None
@@ -392,7 +407,8 @@ def _on_emitted(m: Monitor, o: ob.Emitted) -> None:
         _judge_terminal(m, o, view, kind)
     elif o.outcome is Outcome.ABORTED and not is_sample_end:
         m._fail(LAST_FINAL_TERMINAL, o.rid, "an abort message that is not the terminal")
-    view.last_emit_stage = max(view.last_emit_stage, o.stage)
+    if o.sample < 0:
+        view.last_emit_stage = max(view.last_emit_stage, o.stage)
 
 
 def _judge_terminal(m: Monitor, o: ob.Emitted, view: View, kind: StageKind | None) -> None:
@@ -400,7 +416,8 @@ def _judge_terminal(m: Monitor, o: ob.Emitted, view: View, kind: StageKind | Non
         m._fail(FINISH_REASON, o.rid, f"terminal with outcome {o.outcome} and finish reason {o.reason!r}")
     if view.open_children:
         m._fail(PARENT_AFTER_CHILDREN, o.rid, f"parent ended with {view.open_children} children still open")
-    if o.outcome is Outcome.FINISHED and o.stage != len(m.kinds) - 1:
+    ignored_prompt = o.reason == "length" and o.cumulative == 0  # nothing generated: ends where it is
+    if o.outcome is Outcome.FINISHED and o.stage != len(m.kinds) - 1 and not ignored_prompt:
         m._fail(LAST_FINAL_TERMINAL, o.rid, f"finished at stage {o.stage}, not at the last final-output stage")
     if view.while_sleeping and (o.outcome is not Outcome.FAILED or view.stage >= 0):
         m._fail(ADMISSION, o.rid, "submitted while sleeping but not refused with error")
@@ -474,14 +491,15 @@ def _on_released(m: Monitor, o: ob.Released) -> None:
         m._fail(CACHE_FREED, o.rid, f"state dropped while holding a slot at stage {view.slot}")
         m.slots[view.slot] -= 1
         view.slot = -1
-    view.released = True
+    finished_companion = view.finished_at == 0
+    view.settle()
     parent = m._view(view.parent)
     if parent is None:
         return
     if view.role is Role.CHILD:
         parent.open_children -= 1
     elif view.role is Role.COMPANION:
-        if view.finished_at == 0:
+        if finished_companion:
             parent.companions_done += 1
         elif not parent.released and not parent.abort_requested and parent.terminals == 0:
             m._lost_companions.append(view.parent)  # the parent must fail in this very step
@@ -522,12 +540,12 @@ _HANDLERS: dict[type, Callable[[Monitor, Any], None]] = {
     ob.SlotTaken: _on_slot_taken, ob.SlotFreed: _on_slot_freed, ob.Released: _on_released,
     ob.EngineChanged: _on_engine_changed, ob.RpcSent: _on_rpc_sent, ob.RpcAnswered: _on_rpc_answered,
     ob.OrchestratorStopped: _on_orchestrator_stopped, ob.RuntimesStopped: _on_runtimes_stopped,
-}  # fmt: skip
+}
 
 
 def check_history(kinds: Sequence[StageKind], final: Sequence[bool],
                   steps: Iterable[tuple[ev.Event | None, Sequence[ob.Observation]]],
-                  capacity: int = 1 << 30, complete: bool = True) -> list[Violation]:  # fmt: skip
+                  capacity: int = 1 << 30, complete: bool = True) -> list[Violation]:
     """Judge a whole history; return every violation (end-of-history rules if ``complete``)."""
     monitor = Monitor(kinds, final, capacity)
     for event, outputs in steps:

@@ -1,0 +1,165 @@
+"""Diagrams and the lifecycle document, drawn from the same table the core runs (``SPEC``).
+
+``mermaid`` returns a ``stateDiagram-v2`` drawn by ``transitions``' ``GraphMachine``;
+``render_lifecycle_markdown`` returns the whole ``docs/lifecycle.md``. The module stays light:
+``transitions.extensions`` (which loads asyncio) is imported only while drawing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import enum
+from typing import Any, Literal
+
+from omni_fsm._table import SPEC, Row, Spec
+from omni_fsm._vocab import BOUND, ENGINE_TERMINAL, HOLDS_SLOT, LIVE, PARKED, TERMINAL, EngineState, ReqState
+
+Which = Literal["request", "engine"]
+REGENERATE = ".venv/bin/omni-fsm diagram --markdown > docs/lifecycle.md"
+#: Between the merged labels of parallel edges (one line per row in the rendered diagram).
+EDGE_JOIN = "<br/>"
+
+
+class _Placeholder:
+    """The one model a GraphMachine needs before it can draw (a static machine cannot)."""
+
+    state: enum.Enum
+
+
+def _table(spec: Spec, which: Which) -> tuple[tuple[Row, ...], type[enum.Enum], enum.Enum, frozenset[Any]]:
+    if which == "request":
+        return spec.rows, ReqState, ReqState.NEW, TERMINAL
+    if which == "engine":
+        return spec.engine_rows, EngineState, EngineState.RUNNING, ENGINE_TERMINAL
+    raise ValueError(f"unknown table {which!r}: expected 'request' or 'engine'")
+
+
+def edges(rows: tuple[Row, ...]) -> dict[tuple[enum.Enum, enum.Enum], list[Row]]:
+    """Return the rows grouped by ``(source, target)``, in table order (parallel edges merged)."""
+    grouped: dict[tuple[enum.Enum, enum.Enum], list[Row]] = {}
+    for row in rows:
+        grouped.setdefault((row.source, row.target), []).append(row)
+    return grouped
+
+
+def mermaid(spec: Spec = SPEC, which: Which = "request") -> str:
+    """Return ``spec``'s request (or engine) table as mermaid ``stateDiagram-v2`` text."""
+    from transitions.extensions import GraphMachine  # loads asyncio: only when drawing
+
+    rows, states, initial, terminal = _table(spec, which)
+    transitions = [
+        {"trigger": group[0].event.__name__, "source": source, "dest": target,
+         "label": EDGE_JOIN.join(row.label() for row in group)}
+        for (source, target), group in edges(rows).items()
+    ]
+    model = _Placeholder()
+    machine: Any = GraphMachine(model=model, states=states, initial=initial, transitions=transitions,
+                                auto_transitions=False, graph_engine="mermaid",
+                                title=f"title: {spec.name}, {which} table")
+    machine.model_graphs[id(model)].reset_styling()  # no 'active' state: this is the table, not a run
+    # the title doubles as mermaid's front matter, which must be a YAML mapping: hence "title: ..."
+    text: str = model.get_graph().draw(None)  # type: ignore[attr-defined]
+    finals = [f"  {state.name} --> [*]" for state in states if state in terminal]
+    return "\n".join([text.rstrip("\n"), *finals]) + "\n"
+
+
+def _names(states: frozenset[Any]) -> str:
+    return ", ".join(f"`{s.name}`" for s in sorted(states, key=lambda s: s.name))
+
+
+def _effects(row: Row) -> str:
+    return ", ".join(effect.name for effect in row.effects) or "-"
+
+
+def _row_table(rows: tuple[Row, ...]) -> list[str]:
+    lines = ["| # | source | event [guards] | target | effects |", "| ---: | --- | --- | --- | --- |"]
+    lines += [f"| {i} | `{r.source.name}` | {r.label()} | `{r.target.name}` | {_effects(r)} |"
+              for i, r in enumerate(rows, 1)]
+    return lines
+
+
+def render_lifecycle_markdown(spec: Spec = SPEC) -> str:
+    """Return the whole ``docs/lifecycle.md``: explanation, both diagrams and both tables."""
+    on_terminal = ", ".join(effect.name for effect in spec.on_terminal)
+    lines = [
+        "# The request lifecycle",
+        "",
+        f"<!-- Generated from omni_fsm/_table.py by omni_fsm/diagram.py; do not edit. Run `{REGENERATE}`. -->",
+        "",
+        "One table (`omni_fsm._table.SPEC`) is the whole lifecycle: rows `source --event [guards]--> target /"
+        " effects`, tried in order; the first row whose guards hold wins. The core's compiled fast path, the"
+        " `transitions` reference machine, the explorer and this page are all built from it.",
+        "",
+        "## States",
+        "",
+        f"- **Live**: {_names(LIVE)}.",
+        f"- **Terminal** (`TERMINAL`; no row leaves one): {_names(TERMINAL)}. Entering any terminal state runs"
+        f" the same entry actions: {on_terminal}.",
+        f"- **Bound** to the current stage (dispatched there): {_names(BOUND)}.",
+        f"- **Parked**, waiting for something outside the scheduler: {_names(PARKED)}.",
+        "",
+        "## Slots",
+        "",
+        f"A record occupies one running slot of its current stage exactly while its state is in"
+        f" `holds_slot` ({_names(spec.holds_slot)}), or, while `ABORTING`, while the state the abort"
+        f" interrupted is. Slots are not effects: the core takes and frees them by comparing the states"
+        f" before and after each transition. Terminal states never hold a slot. The table's default is"
+        f" {'the same set as' if spec.holds_slot == HOLDS_SLOT else 'NOT'} `HOLDS_SLOT`.",
+        "",
+        "## Abort",
+        "",
+        "An abort of a bound request is a small sub-machine: `Abort` acknowledges it, remembers the"
+        " interrupted state and asks the bound stage to abort physically (`ABORTING`). Only `AbortDone`"
+        " (or the stage finishing the request meanwhile) commits it (`FINISHED_ABORTED`); `AbortFailed`"
+        " answers the caller that it failed and resumes the interrupted state. While aborting, scheduler"
+        " reports and outputs are absorbed. `PENDING` and `STAGE_DONE` hold nothing at a stage and abort"
+        " at once; an `n>1` parent (`AWAITING_CHILDREN`) aborts its children and ends after the last one.",
+        "",
+        "## When no row matches",
+        "",
+        "- a *client* event (submit, abort, control RPC) with no row is API misuse: one typed error naming"
+        " the request, the state and the event, and nothing changes;",
+        "- a *runtime* event for an id no longer tracked, or for a stage the request is not bound to"
+        " (a duplicate, a late completion), is dropped and counted;",
+        "- any other *runtime* event with no row fails that request (handled as `StageFailed`);",
+        "- an *internal* event with no row is a bug of the core (`InternalError`).",
+        "",
+        "## Request lifecycle",
+        "",
+        "```mermaid",
+        mermaid(spec, "request").rstrip("\n"),
+        "```",
+        "",
+        "## Engine control plane",
+        "",
+        "```mermaid",
+        mermaid(spec, "engine").rstrip("\n"),
+        "```",
+        "",
+        f"## The request table ({len(spec.rows)} rows, in match order)",
+        "",
+        *_row_table(spec.rows),
+        "",
+        f"## The control-plane table ({len(spec.engine_rows)} rows, in match order)",
+        "",
+        *_row_table(spec.engine_rows),
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Register ``omni-fsm diagram``'s options on ``parser``."""
+    parser.add_argument("--engine", action="store_true", help="draw the engine control plane instead")
+    parser.add_argument("--markdown", action="store_true", help="print the whole docs/lifecycle.md")
+
+
+def main(args: argparse.Namespace) -> int:
+    """Print the diagram (or the lifecycle document) to stdout; return the exit code."""
+    if args.markdown:
+        print(render_lifecycle_markdown(), end="")
+    else:
+        print(mermaid(SPEC, "engine" if args.engine else "request"), end="")
+    return 0
+
+
+__all__ = ["add_arguments", "edges", "main", "mermaid", "render_lifecycle_markdown"]

@@ -1,0 +1,166 @@
+"""``omni-fsm check FILE``: judge a recorded trace against the invariants.
+
+The trace is streamed through ``Monitor.step`` (and ``Monitor.finish`` when it ends with the end
+marker). Exit codes: 0 clean; 1 violations, each with its invariant, request, line and that
+request's recent lines; 2 malformed input, as ``FILE:LINE: reason`` on stderr; 3 an internal
+error. Memory: the monitor's view per distinct id, plus the last ``--context`` lines of each
+open request (dropped at its ``released``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections import deque
+from collections.abc import Iterator
+
+import attrs
+
+from omni_fsm import observations as ob
+from omni_fsm.errors import MalformedInput
+from omni_fsm.invariants import Monitor, Violation
+from omni_fsm.trace import Item, Step, dumps, read_trace
+
+CLEAN, VIOLATIONS, MALFORMED, INTERNAL = 0, 1, 2, 3
+DEFAULT_CONTEXT = 6
+Line = tuple[int, Item]
+
+
+def _lines_of(step: Step) -> Iterator[Line]:
+    """Yield (line number, item) for the step's event and outputs (they are consecutive lines)."""
+    first = step.line
+    if step.event is not None:
+        yield first, step.event
+        first += 1
+    yield from enumerate(step.outputs, first)
+
+
+def _rid_of(item: Item) -> int | None:
+    rid = getattr(item, "rid", None)
+    return rid if isinstance(rid, int) and rid >= 0 else None
+
+
+@attrs.define
+class Recent:
+    """The last ``size`` lines of each open request, and of the engine (lines naming no request)."""
+
+    size: int
+    by_rid: dict[int, deque[Line]] = attrs.field(factory=dict)
+    engine: deque[Line] = attrs.field(init=False)
+    ended: set[int] = attrs.field(factory=set)  #: released ids: late lines about them are not kept
+
+    def __attrs_post_init__(self) -> None:
+        self.engine = deque(maxlen=self.size)
+
+    def note(self, line: Line) -> None:
+        """Remember one line under the request it names."""
+        rid = _rid_of(line[1])
+        if rid is None:
+            self.engine.append(line)
+        elif rid not in self.ended:
+            lines = self.by_rid.get(rid)
+            if lines is None:
+                lines = self.by_rid[rid] = deque(maxlen=self.size)
+            lines.append(line)
+
+    def forget(self, rid: int) -> None:
+        """Drop a released request's lines."""
+        self.by_rid.pop(rid, None)
+        self.ended.add(rid)
+
+    def context(self, rid: int | None, step: list[Line]) -> list[Line]:
+        """Return the recent lines to show for a violation about ``rid`` found in ``step``."""
+        if rid is None:
+            return list(self.engine)
+        if rid in self.by_rid:
+            return list(self.by_rid[rid])
+        return [line for line in step if _rid_of(line[1]) == rid][-self.size :] if self.size else []
+
+
+@attrs.define
+class Report:
+    """What checking one trace found."""
+
+    name: str
+    steps: int = 0
+    requests: int = 0  #: client requests submitted
+    complete: bool = False
+    findings: list[str] = attrs.field(factory=list)  #: one rendered block per violation
+
+    def summary(self) -> str:
+        """Return the one-line summary."""
+        tail = "" if self.complete else " (no end marker: end-of-history rules not applied)"
+        return f"{self.name}: {self.steps} steps, {self.requests} requests, {len(self.findings)} violations{tail}"
+
+
+def _render(name: str, line: int, violation: Violation, context: list[Line]) -> str:
+    who = "engine" if violation.rid is None else f"request {violation.rid}"
+    head = f"{name}:{line}: {violation.invariant} ({violation.check}) {who}: {violation.message}"
+    if not context:
+        return head
+    shown = "\n".join(f"    {number}: {dumps(item)}" for number, item in context)
+    return f"{head}\n  recent lines of the {who}:\n{shown}"
+
+
+def _judge_step(monitor: Monitor, step: Step, recent: Recent, report: Report) -> None:
+    lines = list(_lines_of(step))
+    for line in lines:
+        recent.note(line)
+    for violation in monitor.step(step.event, step.outputs):
+        report.findings.append(_render(report.name, step.line, violation, recent.context(violation.rid, lines)))
+    for obs in step.outputs:
+        if isinstance(obs, ob.Submitted) and obs.parent < 0:
+            report.requests += 1
+        elif isinstance(obs, ob.Released):
+            recent.forget(obs.rid)
+    report.steps += 1
+
+
+def check_trace(path: str, context: int = DEFAULT_CONTEXT) -> Report:
+    """Return the report of checking the trace at ``path``; raise ``MalformedInput`` if it is not one."""
+    with read_trace(path) as reader:
+        head = reader.header
+        monitor = Monitor(head.kinds, head.final, head.capacity)
+        recent = Recent(context)
+        report = Report(reader.name)
+        for step in reader:
+            _judge_step(monitor, step, recent, report)
+    report.complete = reader.complete
+    if reader.complete:
+        for violation in monitor.finish():
+            report.findings.append(_render(report.name, reader.end_line, violation,
+                                           recent.context(violation.rid, [])))
+    return report
+
+
+def _context_size(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError("must be 0 or more")
+    return value
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Register the ``check`` subcommand's arguments."""
+    parser.add_argument("file", metavar="FILE", help="a JSONL lifecycle trace (see docs/trace-format.md)")
+    parser.add_argument("--context", metavar="N", type=_context_size, default=DEFAULT_CONTEXT,
+                        help=f"recent lines shown per violation (default {DEFAULT_CONTEXT})")
+
+
+def main(args: argparse.Namespace) -> int:
+    """Check ``args.file``; print the report; return the exit code (0 clean, 1, 2, 3: see the module)."""
+    try:
+        report = check_trace(args.file, args.context)
+    except MalformedInput as err:
+        print(err, file=sys.stderr)
+        return MALFORMED
+    except Exception as err:  # a bug here or in the monitor: say so in one line, no traceback
+        print(f"{args.file}: internal error: {type(err).__name__}: {err}", file=sys.stderr)
+        return INTERNAL
+    for finding in report.findings:
+        print(finding)
+    print(report.summary())
+    return VIOLATIONS if report.findings else CLEAN
+
+
+__all__ = ["CLEAN", "INTERNAL", "MALFORMED", "VIOLATIONS", "Recent", "Report", "add_arguments", "check_trace", "main"]

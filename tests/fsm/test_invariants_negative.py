@@ -1,0 +1,618 @@
+"""Each checked invariant trips on a named fault, and only that invariant does.
+
+A fault starts from a valid history (the real core run on a short event sequence, which the
+monitor judges clean) and injects one wrong observation: added, dropped, reordered or altered.
+The faulty history must make exactly the invariant of its ``covers`` mark fail. Where the fault
+leaves a request open for good, the faulty history is judged as a prefix (``complete=False``):
+the end-of-history rules would only repeat the consequence. Historic bugs are named (B1..B13).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import attrs
+import pytest
+
+from omni_fsm import ControlMethod, EngineState, Lifecycle, Outcome, StageKind, StopKind
+from omni_fsm import events as ev
+from omni_fsm import observations as ob
+from omni_fsm.invariants import check_history
+from omni_fsm.registry import load_registry, safe_change_topics_covered
+from omni_fsm.traceability import discover_tests
+
+ROOT = Path(__file__).resolve().parents[2]
+AR, DIFF = StageKind.AR, StageKind.DIFFUSION
+Step = tuple[ev.Event | None, list[ob.Observation]]
+
+
+@attrs.frozen
+class Pipeline:
+    kinds: tuple[StageKind, ...]
+    final: tuple[bool, ...]
+    capacity: int = 1 << 30
+
+
+AR_AR_DIFF = Pipeline((AR, AR, DIFF), (False, True, True))  # an earlier final-output stage, then diffusion
+TWO_FINAL = Pipeline((AR, AR), (True, True))
+ONE_AR = Pipeline((AR,), (True,))
+ONE_DIFF = Pipeline((DIFF,), (True,))
+AR_THEN_DIFF = Pipeline((AR, DIFF), (False, True))
+
+
+@attrs.frozen
+class History:
+    pipeline: Pipeline
+    steps: tuple[Step, ...]
+    complete: bool = True
+
+    def violations(self) -> set[str]:
+        p = self.pipeline
+        return {v.invariant for v in check_history(p.kinds, p.final, self.steps, p.capacity, self.complete)}
+
+    def at(self, event: ev.Event) -> int:
+        """Return the index of the (first) step whose input is ``event``."""
+        return next(i for i, (e, _) in enumerate(self.steps) if e == event)
+
+    def with_step(self, index: int, event: ev.Event | None = None, outputs: Sequence[ob.Observation] | None = None,
+                  *, keep_event: bool = True) -> History:  # fmt: skip
+        old_event, old_outputs = self.steps[index]
+        new: Step = (old_event if keep_event else event, list(old_outputs if outputs is None else outputs))
+        return attrs.evolve(self, steps=(*self.steps[:index], new, *self.steps[index + 1 :]))
+
+    def outputs(self, index: int) -> list[ob.Observation]:
+        return list(self.steps[index][1])
+
+    def then(self, event: ev.Event | None, outputs: Sequence[ob.Observation]) -> History:
+        return attrs.evolve(self, steps=(*self.steps, (event, list(outputs))))
+
+    def upto(self, index: int) -> History:
+        """Return the prefix ending with step ``index``, judged as a prefix."""
+        return attrs.evolve(self, steps=self.steps[: index + 1], complete=False)
+
+    def without(self, index: int, drop: Callable[[ob.Observation], bool]) -> History:
+        return self.with_step(index, outputs=[o for o in self.outputs(index) if not drop(o)])
+
+
+def run(pipeline: Pipeline, *events: ev.Event) -> History:
+    """Return the history the real core produces for ``events``."""
+    lc = Lifecycle(pipeline.kinds, pipeline.final, pipeline.capacity)
+    return History(pipeline, tuple((e, lc.handle(e)) for e in events))
+
+
+def terminal(o: ob.Observation, rid: int = 1) -> bool:
+    return isinstance(o, ob.Emitted) and o.rid == rid and o.finished
+
+
+def about(rid: int) -> Callable[[ob.Observation], bool]:
+    return lambda o: getattr(o, "rid", None) == rid
+
+
+def retouch(outputs: Sequence[ob.Observation], match: Callable[[ob.Observation], bool],
+            **changes: object) -> list[ob.Observation]:  # fmt: skip
+    return [attrs.evolve(o, **changes) if match(o) else o for o in outputs]
+
+
+# -- valid baselines ---------------------------------------------------------------------------------
+
+
+def success_ar_ar_diff() -> History:
+    return run(AR_AR_DIFF, ev.Submit(1), ev.Scheduled(1, 0), ev.StageOutput(1, 0, 2), ev.StageFinished(1, 0),
+               ev.Scheduled(1, 1), ev.StageOutput(1, 1, 3), ev.StageFinished(1, 1), ev.Scheduled(1, 2),
+               ev.StageOutput(1, 2), ev.StageFinished(1, 2))  # fmt: skip
+
+
+def success_one_ar() -> History:
+    return run(ONE_AR, ev.Submit(1), ev.Scheduled(1, 0), ev.StageOutput(1, 0, 2), ev.StageFinished(1, 0))
+
+
+def abort_one_ar() -> History:
+    return run(ONE_AR, ev.Submit(1), ev.Scheduled(1, 0), ev.StageOutput(1, 0, 2), ev.Abort(1), ev.AbortDone(1, 0))
+
+
+def two_samples() -> History:
+    return run(ONE_AR, ev.Submit(1, n=2), ev.Scheduled(2, 0), ev.Scheduled(3, 0), ev.StageOutput(2, 0),
+               ev.StageFinished(2, 0), ev.StageFinished(3, 0))  # fmt: skip
+
+
+def with_companion() -> History:
+    return run(AR_THEN_DIFF, ev.Submit(1, companions=1), ev.Scheduled(1, 0), ev.Scheduled(2, 0),
+               ev.StageFinished(1, 0), ev.StageFinished(2, 0), ev.Scheduled(1, 1), ev.StageFinished(1, 1))  # fmt: skip
+
+
+# -- the faults: each returns (valid baseline, faulty history) ------------------------------------------
+
+Fault = tuple[History, History]
+
+
+def forward_before_stage_finished() -> Fault:
+    base = success_ar_ar_diff()
+    return base, base.with_step(base.at(ev.StageFinished(1, 0)), ev.StageOutput(1, 0, 1), keep_event=False)
+
+
+def forward_skips_a_stage() -> Fault:
+    base = success_ar_ar_diff()
+    i = base.at(ev.StageFinished(1, 0))
+    skipped = base.with_step(i, outputs=[ob.Forwarded(1, 0, 2), ob.Dispatched(1, 2), ob.SlotFreed(1, 0)])
+    return base, attrs.evolve(skipped, steps=(*skipped.steps[: i + 1], *skipped.steps[base.at(ev.Scheduled(1, 2)) :]))
+
+
+def dispatch_after_terminal() -> Fault:
+    base = success_one_ar()
+    return base, base.then(None, [ob.Dispatched(1, 0)])
+
+
+def zombie_rescheduled_after_abort() -> Fault:  # B6: the freed request is put back into the running set
+    base = abort_one_ar()
+    return base, base.then(None, [ob.Dispatched(1, 0), ob.SlotTaken(1, 0)])
+
+
+def second_terminal_after_abort() -> Fault:
+    base = abort_one_ar()
+    again = ob.Emitted(1, 0, 0, 2, finished=True, outcome=Outcome.ABORTED, reason="abort")
+    return base, base.then(None, [again])
+
+
+def terminal_never_reaches_consumer() -> Fault:  # B8
+    base = abort_one_ar()
+    return base, base.without(base.at(ev.AbortDone(1, 0)), terminal)
+
+
+def earlier_stage_message_after_later_stage() -> Fault:
+    base = run(TWO_FINAL, ev.Submit(1), ev.Scheduled(1, 0), ev.StageOutput(1, 0, 2), ev.StageFinished(1, 0),
+               ev.Scheduled(1, 1), ev.StageOutput(1, 1), ev.StageFinished(1, 1))  # fmt: skip
+    i = base.at(ev.StageOutput(1, 1))
+    return base, base.with_step(i, outputs=[*base.outputs(i), ob.Emitted(1, 0, 1, 3)])
+
+
+def message_after_terminal() -> Fault:
+    base = success_one_ar()
+    return base, base.then(None, [ob.Emitted(1, 0, 1, 3)])
+
+
+def empty_final_without_reason() -> Fault:  # B13
+    base = run(ONE_AR, ev.Submit(1), ev.StageFinished(1, 0, StopKind.IGNORED))
+    i = base.at(ev.StageFinished(1, 0, StopKind.IGNORED))
+    return base, base.with_step(i, outputs=retouch(base.outputs(i), terminal, reason=None))
+
+
+def terminal_without_outcome() -> Fault:
+    base = success_one_ar()
+    i = base.at(ev.StageFinished(1, 0))
+    return base, base.with_step(i, outputs=retouch(base.outputs(i), terminal, outcome=None))
+
+
+def child_message_addressed_to_child() -> Fault:
+    base = two_samples()
+    i = base.at(ev.StageOutput(2, 0))
+    return base, base.with_step(i, outputs=retouch(base.outputs(i), lambda o: isinstance(o, ob.Emitted), rid=2))
+
+
+def companion_visible_to_client() -> Fault:
+    base = with_companion()
+    i = base.at(ev.StageFinished(2, 0))
+    return base, base.with_step(i, outputs=[*base.outputs(i), ob.Emitted(2, 0, 0, 0, stage_final=True, reason="stop")])
+
+
+def parent_ends_before_last_child() -> Fault:  # B1: children finishing apart merged wrongly
+    base = two_samples()
+    i = base.at(ev.StageFinished(3, 0))
+    freed, sample_end, child_released, parent_end, parent_released = base.outputs(i)
+    return base, base.with_step(i, outputs=[freed, sample_end, parent_end, child_released, parent_released])
+
+
+def rpc_answered_twice() -> Fault:  # B10: a late duplicate completion
+    base = run(ONE_AR, ev.Control(1, ControlMethod.WAKE_UP), ev.RpcDone(1))
+    answer = ob.RpcAnswered(1, ControlMethod.WAKE_UP, True)
+    return base, base.with_step(1, outputs=[answer, answer])
+
+
+def rpc_answers_swapped() -> Fault:
+    wake, resume = ControlMethod.WAKE_UP, ControlMethod.RESUME_SCHEDULER
+    base = run(ONE_AR, ev.Control(1, wake), ev.Control(2, resume), ev.RpcDone(1), ev.RpcDone(2))
+    swapped = base.with_step(2, outputs=[ob.RpcAnswered(2, resume, True)])
+    return base, swapped.with_step(3, outputs=[ob.RpcAnswered(1, wake, True)])
+
+
+def abort_answer_without_caller() -> Fault:
+    base = success_one_ar()
+    i = base.at(ev.StageFinished(1, 0))
+    return base, base.with_step(i, outputs=[ob.AbortAnswered(1, True), *base.outputs(i)])
+
+
+def late_output_not_dropped() -> Fault:  # B3
+    base = success_one_ar().then(ev.StageOutput(1, 0), [ob.Dropped(1, "StageOutput", "unknown")])
+    return base, base.with_step(len(base.steps) - 1, outputs=[])
+
+
+def admitted_while_paused() -> Fault:
+    pause, resume = ControlMethod.PAUSE_SCHEDULER, ControlMethod.RESUME_SCHEDULER
+    base = run(ONE_AR, ev.Control(1, pause), ev.RpcDone(1), ev.Submit(5), ev.Control(2, resume), ev.RpcDone(2),
+               ev.Scheduled(5, 0), ev.StageFinished(5, 0))  # fmt: skip
+    submit, resumed = base.at(ev.Submit(5)), base.at(ev.RpcDone(2))
+    moved = base.with_step(submit, outputs=[*base.outputs(submit), ob.Dispatched(5, 0)])
+    return base, moved.without(resumed, lambda o: isinstance(o, ob.Dispatched))
+
+
+def submit_while_sleeping_admitted() -> Fault:
+    base = run(ONE_AR, ev.Control(1, ControlMethod.SLEEP), ev.RpcDone(1), ev.Submit(5))
+    submitted, *rest = base.outputs(2)
+    return base, base.with_step(2, outputs=[submitted, ob.Dispatched(5, 0), *rest])
+
+
+def second_slot_beyond_capacity() -> Fault:  # B4: more running than the cap
+    roomy = attrs.evolve(ONE_AR, capacity=2)
+    base = run(roomy, ev.Submit(1), ev.Submit(5), ev.Scheduled(1, 0), ev.Scheduled(5, 0), ev.StageFinished(1, 0),
+               ev.StageFinished(5, 0))  # fmt: skip
+    return base, attrs.evolve(base, pipeline=attrs.evolve(roomy, capacity=1))
+
+
+def slot_taken_twice() -> Fault:
+    base = success_one_ar()
+    i = base.at(ev.Scheduled(1, 0))
+    return base, base.with_step(i, outputs=[*base.outputs(i), *base.outputs(i)])
+
+
+def abort_drops_generated_prefix() -> Fault:  # B8
+    base = abort_one_ar()
+    i = base.at(ev.AbortDone(1, 0))
+    return base, base.with_step(i, outputs=retouch(base.outputs(i), terminal, cumulative=0))
+
+
+def diffusion_abort_carries_partial() -> Fault:
+    base = run(ONE_DIFF, ev.Submit(1), ev.Scheduled(1, 0), ev.StageOutput(1, 0, 2), ev.Abort(1), ev.AbortDone(1, 0))
+    i = base.at(ev.AbortDone(1, 0))
+    return base, base.with_step(i, outputs=retouch(base.outputs(i), terminal, cumulative=2))
+
+
+def partial_diffusion_output() -> Fault:
+    base = run(ONE_DIFF, ev.Submit(1), ev.Scheduled(1, 0), ev.StageOutput(1, 0, 2), ev.StageFinished(1, 0))
+    return base, base.with_step(base.at(ev.StageOutput(1, 0, 2)), outputs=[ob.Emitted(1, 0, 2, 2)])
+
+
+def abort_committed_before_physical_abort() -> Fault:
+    base = abort_one_ar()
+    i = base.at(ev.Abort(1))
+    return base, base.with_step(i, outputs=[*base.outputs(i), ob.AbortCommitted(1)])
+
+
+def failed_physical_abort_committed() -> Fault:
+    base = run(ONE_AR, ev.Submit(1), ev.Scheduled(1, 0), ev.StageOutput(1, 0, 2), ev.Abort(1), ev.AbortFailed(1, 0),
+               ev.StageOutput(1, 0, 1), ev.Abort(1), ev.AbortDone(1, 0))  # fmt: skip
+    i = base.at(ev.AbortFailed(1, 0))
+    return base, base.with_step(i, outputs=[ob.AbortCommitted(1), *base.outputs(i)])
+
+
+def parent_abort_misses_child() -> Fault:  # B1
+    base = run(ONE_DIFF, ev.Submit(1, n=2), ev.Scheduled(2, 0), ev.Scheduled(3, 0), ev.Abort(2), ev.AbortDone(2, 0),
+               ev.StageFinished(3, 0))  # fmt: skip
+    i = base.at(ev.Abort(2))  # the parent's abort, as it reached only the first child
+    return base, base.with_step(i, ev.Abort(1), [ob.AbortRequested(1), *base.outputs(i)], keep_event=False)
+
+
+def child_abort_leaves_parent() -> Fault:  # B2
+    base = run(ONE_AR, ev.Submit(1, n=2), ev.Scheduled(2, 0), ev.Scheduled(3, 0), ev.Abort(2), ev.AbortDone(2, 0),
+               ev.Abort(3), ev.AbortDone(3, 0))  # fmt: skip
+    i = base.at(ev.AbortDone(3, 0))
+    return base, base.without(i, lambda o: isinstance(o, (ob.Emitted, ob.Released)) and o.rid == 1).upto(i)
+
+
+def forward_before_companions_done() -> Fault:
+    base = with_companion()
+    parent_done, companion_done = base.at(ev.StageFinished(1, 0)), base.at(ev.StageFinished(2, 0))
+    forward = [o for o in base.outputs(companion_done) if isinstance(o, (ob.Forwarded, ob.Dispatched))]
+    early = base.with_step(parent_done, outputs=[*base.outputs(parent_done), *forward])
+    return base, early.without(companion_done, lambda o: o in forward)
+
+
+def lost_companion_leaves_parent_running() -> Fault:
+    base = run(AR_THEN_DIFF, ev.Submit(1, companions=1), ev.Scheduled(1, 0), ev.Scheduled(2, 0), ev.StageFailed(2, 0))
+    i = base.at(ev.StageFailed(2, 0))
+    return base, base.without(i, about(1)).upto(i)
+
+
+def parent_abort_misses_companion() -> Fault:
+    base = run(AR_THEN_DIFF, ev.Submit(1, companions=1), ev.Scheduled(1, 0), ev.Scheduled(2, 0), ev.Abort(1),
+               ev.AbortDone(1, 0), ev.AbortDone(2, 0))  # fmt: skip
+    i = base.at(ev.Abort(1))
+    return base, base.without(i, about(2)).upto(i)
+
+
+def rpc_failure_kills_requests() -> Fault:  # B11
+    pause = ControlMethod.PAUSE_SCHEDULER
+    base = run(ONE_AR, ev.Submit(1), ev.Scheduled(1, 0), ev.Control(1, pause), ev.RpcFailed(1, "boom"),
+               ev.StageFinished(1, 0))  # fmt: skip
+    i = base.at(ev.RpcFailed(1, "boom"))
+    dead = [ob.RpcAnswered(1, pause, False, "boom"), ob.EngineChanged(EngineState.DEAD), ob.SlotFreed(1, 0),
+            ob.Emitted(1, 0, 0, 0, finished=True, outcome=Outcome.FATAL, reason="error"), ob.Released(1)]  # fmt: skip
+    return base, base.with_step(i, outputs=dead).upto(i)
+
+
+def rpc_error_reported_as_success() -> Fault:  # the {"supported": False} answer
+    base = run(ONE_AR, ev.Control(1, ControlMethod.SLEEP), ev.RpcFailed(1, "boom"))
+    return base, base.with_step(1, outputs=[ob.RpcAnswered(1, ControlMethod.SLEEP, True)])
+
+
+def rpc_error_without_exception() -> Fault:
+    base = run(ONE_AR, ev.Control(1, ControlMethod.RESUME_SCHEDULER), ev.RpcFailed(1, "boom"))
+    return base, base.with_step(1, outputs=[ob.RpcAnswered(1, ControlMethod.RESUME_SCHEDULER, False, None)])
+
+
+def _neighbour_ended_by(failure: ev.StageEvent) -> Fault:
+    base = run(ONE_AR, ev.Submit(1), ev.Submit(5), ev.Scheduled(1, 0), ev.Scheduled(5, 0), failure,
+               ev.StageFinished(5, 0))  # fmt: skip
+    i = base.at(failure)
+    neighbour = [ob.SlotFreed(5, 0), ob.Emitted(5, 0, 0, 0, finished=True, outcome=Outcome.FAILED, reason="error"),
+                 ob.Released(5)]  # fmt: skip
+    return base, base.with_step(i, outputs=[*base.outputs(i), *neighbour]).upto(i)
+
+
+def request_failure_ends_neighbour() -> Fault:
+    return _neighbour_ended_by(ev.StageFailed(1, 0))
+
+
+def replica_loss_ends_neighbour() -> Fault:
+    return _neighbour_ended_by(ev.ReplicaLost(1, 0))
+
+
+def ends_at_earlier_final_stage() -> Fault:
+    base = run(TWO_FINAL, ev.Submit(1), ev.Scheduled(1, 0), ev.StageOutput(1, 0, 2), ev.StageFinished(1, 0),
+               ev.Scheduled(1, 1), ev.StageFinished(1, 1))  # fmt: skip
+    i = base.at(ev.StageFinished(1, 0))
+    ended = [ob.SlotFreed(1, 0), ob.Emitted(1, 0, 0, 2, finished=True, outcome=Outcome.FINISHED, reason="stop"),
+             ob.Released(1)]  # fmt: skip
+    return base, base.with_step(i, outputs=ended).upto(i)
+
+
+def abort_message_per_final_stage() -> Fault:
+    base = run(TWO_FINAL, ev.Submit(1), ev.Scheduled(1, 0), ev.StageOutput(1, 0, 2), ev.StageFinished(1, 0),
+               ev.Scheduled(1, 1), ev.StageOutput(1, 1), ev.Abort(1), ev.AbortDone(1, 1))  # fmt: skip
+    i = base.at(ev.AbortDone(1, 1))
+    extra = ob.Emitted(1, 1, 0, 1, stage_final=True, outcome=Outcome.ABORTED, reason="abort")
+    outputs = base.outputs(i)
+    end = next(n for n, o in enumerate(outputs) if terminal(o))
+    return base, base.with_step(i, outputs=[*outputs[:end], extra, *outputs[end:]])
+
+
+def engine_abort_keeps_request_state() -> Fault:  # B7: engine-initiated aborts leaked their state
+    base = _shutdown()
+    return base, base.without(base.at(ev.Shutdown()), lambda o: o == ob.Released(1))
+
+
+def success_keeps_request_state() -> Fault:  # B12: only abort cleaned up
+    base = success_one_ar()
+    return base, base.without(base.at(ev.StageFinished(1, 0)), lambda o: isinstance(o, ob.Released))
+
+
+def output_after_abort() -> Fault:  # B5
+    base = run(ONE_AR, ev.Submit(1), ev.Scheduled(1, 0), ev.StageOutput(1, 0, 2), ev.Abort(1), ev.StageOutput(1, 0),
+               ev.AbortDone(1, 0))  # fmt: skip
+    i = base.at(ev.StageOutput(1, 0))
+    return base, base.with_step(i, outputs=[ob.Emitted(1, 0, 1, 3)])
+
+
+def chunk_wait_survives_abort() -> Fault:  # B5: the waiting-for-chunk request stayed
+    base = run(ONE_AR, ev.Submit(1), ev.Scheduled(1, 0), ev.StageOutput(1, 0, 2), ev.AwaitChunk(1, 0), ev.Abort(1),
+               ev.AbortDone(1, 0))  # fmt: skip
+    i = base.at(ev.AbortDone(1, 0))
+    return base, base.with_step(i, outputs=[]).upto(i)
+
+
+def _engine_death() -> History:
+    return run(ONE_AR, ev.Submit(1), ev.Scheduled(1, 0), ev.StageOutput(1, 0, 2), ev.Submit(5), ev.EngineDied())
+
+
+def engine_death_reports_abort() -> Fault:
+    base = _engine_death()
+    i = base.at(ev.EngineDied())
+    aborted = retouch(base.outputs(i), lambda o: terminal(o, 5), outcome=Outcome.ABORTED, reason="abort")
+    return base, base.with_step(i, outputs=aborted)
+
+
+def engine_death_misses_request() -> Fault:  # B9
+    base = _engine_death()
+    i = base.at(ev.EngineDied())
+    return base, base.without(i, about(5)).upto(i)
+
+
+def _shutdown() -> History:
+    return run(ONE_AR, ev.Submit(1), ev.Scheduled(1, 0), ev.Submit(5), ev.Shutdown())
+
+
+def shutdown_fails_requests() -> Fault:
+    base = _shutdown()
+    i = base.at(ev.Shutdown())
+    return base, base.with_step(i, outputs=retouch(base.outputs(i), lambda o: terminal(o, 5),
+                                                   outcome=Outcome.FAILED, reason="error"))  # fmt: skip
+
+
+def shutdown_misses_request() -> Fault:
+    base = _shutdown()
+    i = base.at(ev.Shutdown())
+    return base, base.without(i, about(5)).upto(i)
+
+
+def runtimes_stop_before_orchestrator() -> Fault:
+    base = _shutdown()
+    i = base.at(ev.Shutdown())
+    *rest, orchestrator, runtimes = base.outputs(i)
+    return base, base.with_step(i, outputs=[*rest, runtimes, orchestrator])
+
+
+def waiting_request_preempted() -> Fault:
+    base = success_one_ar()
+    accepted: Step = (ev.Preempted(1, 0), [])
+    return base, attrs.evolve(base, steps=(base.steps[0], accepted, *base.steps[1:]))
+
+
+def running_request_back_to_grammar_wait() -> Fault:
+    base = success_one_ar()
+    i = base.at(ev.StageOutput(1, 0, 2))
+    accepted: Step = (ev.AwaitGrammar(1, 0), [])
+    return base, attrs.evolve(base, steps=(*base.steps[: i + 1], accepted, *base.steps[i + 1 :]))
+
+
+def dispatch_without_forward() -> Fault:
+    base = success_ar_ar_diff()
+    return base, base.without(base.at(ev.StageFinished(1, 0)), lambda o: isinstance(o, ob.Forwarded))
+
+
+def report_from_unassigned_stage_acted_on() -> Fault:
+    base = success_ar_ar_diff()
+    i = base.at(ev.Scheduled(1, 1)) + 1
+    stale: Step = (ev.StageOutput(1, 0), [])  # the core drops it as stale; here it was acted on
+    return base, attrs.evolve(base, steps=(*base.steps[:i], stale, *base.steps[i:]))
+
+
+def terminal_keeps_kv_slot() -> Fault:  # B6 residual: aborted requests kept their slots
+    base = abort_one_ar()
+    return base, base.without(base.at(ev.AbortDone(1, 0)), lambda o: isinstance(o, ob.SlotFreed))
+
+
+def success_keeps_kv_slot() -> Fault:
+    base = success_one_ar()
+    return base, base.without(base.at(ev.StageFinished(1, 0)), lambda o: isinstance(o, ob.SlotFreed))
+
+
+FAULTS = [
+    pytest.param(forward_before_stage_finished, id="forward_before_stage_finished",
+                 marks=pytest.mark.covers("ORCH-INV-001")),
+    pytest.param(forward_skips_a_stage, id="forward_skips_a_stage", marks=pytest.mark.covers("ORCH-INV-002")),
+    pytest.param(dispatch_after_terminal, id="dispatch_after_terminal", marks=pytest.mark.covers("ORCH-INV-100")),
+    pytest.param(zombie_rescheduled_after_abort, id="zombie_rescheduled_after_abort",
+                 marks=pytest.mark.covers("ORCH-INV-100")),
+    pytest.param(second_terminal_after_abort, id="second_terminal_after_abort",
+                 marks=pytest.mark.covers("ORCH-INV-101")),
+    pytest.param(terminal_never_reaches_consumer, id="terminal_never_reaches_consumer",
+                 marks=pytest.mark.covers("ORCH-INV-101")),
+    pytest.param(earlier_stage_message_after_later_stage, id="earlier_stage_message_after_later_stage",
+                 marks=pytest.mark.covers("ORCH-INV-102")),
+    pytest.param(message_after_terminal, id="message_after_terminal", marks=pytest.mark.covers("ORCH-INV-102")),
+    pytest.param(empty_final_without_reason, id="empty_final_without_reason",
+                 marks=pytest.mark.covers("ORCH-INV-103")),
+    pytest.param(terminal_without_outcome, id="terminal_without_outcome", marks=pytest.mark.covers("ORCH-INV-103")),
+    pytest.param(child_message_addressed_to_child, id="child_message_addressed_to_child",
+                 marks=pytest.mark.covers("ORCH-INV-104")),
+    pytest.param(companion_visible_to_client, id="companion_visible_to_client",
+                 marks=pytest.mark.covers("ORCH-INV-104")),
+    pytest.param(parent_ends_before_last_child, id="parent_ends_before_last_child",
+                 marks=pytest.mark.covers("ORCH-INV-105")),
+    pytest.param(rpc_answered_twice, id="rpc_answered_twice", marks=pytest.mark.covers("ORCH-INV-106")),
+    pytest.param(rpc_answers_swapped, id="rpc_answers_swapped", marks=pytest.mark.covers("ORCH-INV-106")),
+    pytest.param(abort_answer_without_caller, id="abort_answer_without_caller",
+                 marks=pytest.mark.covers("ORCH-INV-106")),
+    pytest.param(late_output_not_dropped, id="late_output_not_dropped", marks=pytest.mark.covers("ORCH-INV-107")),
+    pytest.param(admitted_while_paused, id="admitted_while_paused", marks=pytest.mark.covers("ORCH-INV-108")),
+    pytest.param(submit_while_sleeping_admitted, id="submit_while_sleeping_admitted",
+                 marks=pytest.mark.covers("ORCH-INV-108")),
+    pytest.param(second_slot_beyond_capacity, id="second_slot_beyond_capacity",
+                 marks=pytest.mark.covers("ORCH-INV-109")),
+    pytest.param(slot_taken_twice, id="slot_taken_twice", marks=pytest.mark.covers("ORCH-INV-109")),
+    pytest.param(abort_drops_generated_prefix, id="abort_drops_generated_prefix",
+                 marks=pytest.mark.covers("ORCH-INV-200")),
+    pytest.param(diffusion_abort_carries_partial, id="diffusion_abort_carries_partial",
+                 marks=pytest.mark.covers("ORCH-INV-201")),
+    pytest.param(partial_diffusion_output, id="partial_diffusion_output", marks=pytest.mark.covers("ORCH-INV-201")),
+    pytest.param(abort_committed_before_physical_abort, id="abort_committed_before_physical_abort",
+                 marks=pytest.mark.covers("ORCH-INV-202")),
+    pytest.param(failed_physical_abort_committed, id="failed_physical_abort_committed",
+                 marks=pytest.mark.covers("ORCH-INV-202")),
+    pytest.param(parent_abort_misses_child, id="parent_abort_misses_child",
+                 marks=pytest.mark.covers("ORCH-INV-203")),
+    pytest.param(child_abort_leaves_parent, id="child_abort_leaves_parent",
+                 marks=pytest.mark.covers("ORCH-INV-203")),
+    pytest.param(forward_before_companions_done, id="forward_before_companions_done",
+                 marks=pytest.mark.covers("ORCH-INV-204")),
+    pytest.param(lost_companion_leaves_parent_running, id="lost_companion_leaves_parent_running",
+                 marks=pytest.mark.covers("ORCH-INV-204")),
+    pytest.param(parent_abort_misses_companion, id="parent_abort_misses_companion",
+                 marks=pytest.mark.covers("ORCH-INV-204")),
+    pytest.param(rpc_failure_kills_requests, id="rpc_failure_kills_requests",
+                 marks=pytest.mark.covers("ORCH-INV-205")),
+    pytest.param(rpc_error_reported_as_success, id="rpc_error_reported_as_success",
+                 marks=pytest.mark.covers("ORCH-INV-205")),
+    pytest.param(rpc_error_without_exception, id="rpc_error_without_exception",
+                 marks=pytest.mark.covers("ORCH-INV-205")),
+    pytest.param(request_failure_ends_neighbour, id="request_failure_ends_neighbour",
+                 marks=pytest.mark.covers("ORCH-INV-206")),
+    pytest.param(replica_loss_ends_neighbour, id="replica_loss_ends_neighbour",
+                 marks=pytest.mark.covers("ORCH-INV-206")),
+    pytest.param(ends_at_earlier_final_stage, id="ends_at_earlier_final_stage",
+                 marks=pytest.mark.covers("ORCH-INV-207")),
+    pytest.param(abort_message_per_final_stage, id="abort_message_per_final_stage",
+                 marks=pytest.mark.covers("ORCH-INV-207")),
+    pytest.param(engine_abort_keeps_request_state, id="engine_abort_keeps_request_state",
+                 marks=pytest.mark.covers("ORCH-INV-208")),
+    pytest.param(success_keeps_request_state, id="success_keeps_request_state",
+                 marks=pytest.mark.covers("ORCH-INV-208")),
+    pytest.param(output_after_abort, id="output_after_abort", marks=pytest.mark.covers("ORCH-INV-209")),
+    pytest.param(chunk_wait_survives_abort, id="chunk_wait_survives_abort",
+                 marks=pytest.mark.covers("ORCH-INV-209")),
+    pytest.param(engine_death_reports_abort, id="engine_death_reports_abort",
+                 marks=pytest.mark.covers("ORCH-INV-210")),
+    pytest.param(engine_death_misses_request, id="engine_death_misses_request",
+                 marks=pytest.mark.covers("ORCH-INV-210")),
+    pytest.param(shutdown_fails_requests, id="shutdown_fails_requests", marks=pytest.mark.covers("ORCH-INV-211")),
+    pytest.param(shutdown_misses_request, id="shutdown_misses_request", marks=pytest.mark.covers("ORCH-INV-211")),
+    pytest.param(runtimes_stop_before_orchestrator, id="runtimes_stop_before_orchestrator",
+                 marks=pytest.mark.covers("ORCH-INV-300")),
+    pytest.param(waiting_request_preempted, id="waiting_request_preempted", marks=pytest.mark.covers("AR-INV-001")),
+    pytest.param(running_request_back_to_grammar_wait, id="running_request_back_to_grammar_wait",
+                 marks=pytest.mark.covers("AR-INV-001")),
+    pytest.param(dispatch_without_forward, id="dispatch_without_forward", marks=pytest.mark.covers("AR-INV-002")),
+    pytest.param(report_from_unassigned_stage_acted_on, id="report_from_unassigned_stage_acted_on",
+                 marks=pytest.mark.covers("AR-INV-003")),
+    pytest.param(terminal_keeps_kv_slot, id="terminal_keeps_kv_slot", marks=pytest.mark.covers("AR-INV-200")),
+    pytest.param(success_keeps_kv_slot, id="success_keeps_kv_slot", marks=pytest.mark.covers("AR-INV-200")),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("fault", FAULTS)
+def test_fault_trips_exactly_its_invariant(fault: Callable[[], Fault], request: pytest.FixtureRequest) -> None:
+    marker = request.node.get_closest_marker("covers")
+    assert marker is not None, "every fault names the invariant it must trip"
+    base, faulty = fault()
+    assert base.violations() == set(), "the baseline (the real core's history) must be clean"
+    assert faulty.violations() == set(marker.args)
+
+
+def test_every_history_check_has_a_fault() -> None:
+    from omni_fsm.invariants import CHECKS
+
+    tripped = {inv for param in FAULTS for mark in param.marks for inv in mark.args}
+    assert {info.invariant for info in CHECKS.values()} <= tripped
+
+
+# -- the registry-level check: safe-change topics ---------------------------------------------------------
+
+
+def _without_topic(inv_id: str, topic: str) -> list[str]:
+    reg = load_registry(ROOT)
+    entry = reg.get(inv_id)
+    assert entry is not None and topic in entry.topic_map()
+    trimmed = attrs.evolve(entry, topics=tuple((t, ids) for t, ids in entry.topics if t != topic))
+    copy = attrs.evolve(reg, invariants=tuple(trimmed if inv is entry else inv for inv in reg.invariants))
+    return safe_change_topics_covered(copy, set(discover_tests(ROOT)))
+
+
+@pytest.mark.parametrize("inv_id, topic", [
+    pytest.param("ORCH-INV-301", "cancellation", id="orch_cancellation_unmapped",
+                 marks=pytest.mark.covers("ORCH-INV-301")),
+    pytest.param("ORCH-INV-301", "shutdown ordering", id="orch_shutdown_ordering_unmapped",
+                 marks=pytest.mark.covers("ORCH-INV-301")),
+    pytest.param("AR-INV-304", "cache state", id="ar_cache_state_unmapped", marks=pytest.mark.covers("AR-INV-304")),
+])  # fmt: skip
+def test_unmapped_safe_change_topic_is_reported(inv_id: str, topic: str) -> None:
+    problems = _without_topic(inv_id, topic)
+    assert len(problems) == 1 and repr(topic) in problems[0]
+
+
+@pytest.mark.covers("ORCH-INV-301", "AR-INV-304")
+def test_topic_mapped_to_untested_invariant_is_reported() -> None:
+    reg = load_registry(ROOT)
+    tested = set(discover_tests(ROOT)) - {"ORCH-INV-106", "AR-INV-200"}
+    problems = safe_change_topics_covered(reg, tested)
+    assert len(problems) == 2
+    assert any("ORCH-INV-106" in p and "queue correlation" in p for p in problems)
+    assert any("AR-INV-200" in p and "cache state" in p for p in problems)
