@@ -16,8 +16,11 @@ $(STAMP): $(BIN)/python pyproject.toml
 
 setup: $(STAMP)
 
+# The main job on the embedded simulator, its trace checked, then the exhaustive exploration.
 demo: $(STAMP)
-	$(BIN)/omni-fsm explore
+	$(BIN)/omni-run examples/pipeline.toml --trace out/demo.trace.jsonl
+	$(BIN)/omni-fsm check out/demo.trace.jsonl
+	$(BIN)/omni-fsm explore --out out
 
 test: $(STAMP)
 	$(BIN)/ruff check .
@@ -27,6 +30,7 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python bench/fsm_step.py
 	$(BIN)/python bench/explore.py
+	$(BIN)/python bench/orchestrator.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

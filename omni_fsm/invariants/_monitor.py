@@ -447,6 +447,8 @@ def _on_abort_committed(m: Monitor, o: ob.AbortCommitted) -> None:
         return
     if view.abort_sent >= 0 and not view.abort_ok and view.finished_at != view.abort_sent:
         m._fail(COMMIT_AFTER_PHYSICAL, o.rid, f"committed before the physical abort at stage {view.abort_sent}")
+    elif view.abort_sent < 0 and view.stage >= 0 and view.finished_at != view.stage:
+        m._fail(COMMIT_AFTER_PHYSICAL, o.rid, f"committed with no physical abort at its stage {view.stage}")
 
 
 def _on_abort_answered(m: Monitor, o: ob.AbortAnswered) -> None:

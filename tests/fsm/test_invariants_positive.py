@@ -307,54 +307,27 @@ def test_slots_are_reused_within_capacity() -> None:  # B4, B6
     assert seen.count(ob.SlotTaken(9, 0)) == 2
 
 
-# -- findings: valid core histories the monitor flags (reported; neither side is changed here) ----------------
-# Not strict: the core and the monitor are being fixed in parallel; an XPASS means a finding is resolved.
-
-PARENT_AT_STAGE_0 = (
-    "finding: an n>1 parent's terminal carries stage 0 (the parent never moves), so "
-    "a multi-stage pipeline trips ORCH-INV-102 and ORCH-INV-207"
-)
-PARENT_BEFORE_CHILDREN = (
-    "finding: engine death and shutdown fan out parents before their children, so an n>1 "
-    "parent's terminal precedes its children's ends: ORCH-INV-105 and ORCH-INV-102"
-)
-REPEATED_PARENT_ABORT = (
-    "finding: a second abort of an n>1 parent asks no child again (they are already aborting); "
-    "the monitor wants every open child asked in that step: ORCH-INV-203"
-)
-ORPHAN_COMPANION = (
-    "finding: a companion whose parent ended resumes after a failed physical abort; its next report is "
-    "rejected with no FAILED message in the step, so the monitor judges it as accepted: AR-INV-001"
-)
-REJECTION_BY_A_NEIGHBOUR = (
-    "finding: the monitor takes a report as rejected when any FAILED message is in its step; a parent's "
-    "FAILED terminal (from its other child) hides a child's abort landing: ORCH-INV-202"
-)
+# -- regressions: histories that once were judged wrongly (n>1 parents, repeated aborts, orphans) ----------
 
 
-@pytest.mark.xfail(raises=AssertionError, reason=PARENT_AT_STAGE_0)
 def test_parallel_sampling_through_two_stages() -> None:
     clean(((AR, AR), (False, True)), ev.Submit(1, n=2), ev.Scheduled(2, 0), ev.StageFinished(2, 0),
           ev.Scheduled(2, 1), ev.StageFinished(2, 1), ev.Scheduled(3, 0), ev.StageFinished(3, 0), ev.Scheduled(3, 1),
           ev.StageFinished(3, 1))  # fmt: skip
 
 
-@pytest.mark.xfail(raises=AssertionError, reason=PARENT_BEFORE_CHILDREN)
 @pytest.mark.parametrize("ending", [ev.EngineDied(), ev.Shutdown()], ids=["engine_death", "shutdown"])
 def test_engine_wide_end_of_a_parallel_sampling_request(ending: ev.Event) -> None:
     clean(ONE_AR, ev.Submit(1, n=2), ending)
 
 
-@pytest.mark.xfail(raises=AssertionError, reason=REPEATED_PARENT_ABORT)
 def test_parallel_sampling_parent_aborted_twice() -> None:
     clean(ONE_AR, ev.Submit(1, n=2), ev.Abort(1), ev.Abort(1), ev.AbortDone(2, 0), ev.AbortDone(3, 0))
 
 
-@pytest.mark.xfail(raises=AssertionError, reason=ORPHAN_COMPANION)
 def test_companion_outliving_its_parent() -> None:
     clean(ONE_AR, ev.Submit(1, companions=1), ev.StageOutput(1, 0), ev.AbortFailed(2, 0), ev.InputReady(2, 0))
 
 
-@pytest.mark.xfail(raises=AssertionError, reason=REJECTION_BY_A_NEIGHBOUR)
 def test_child_abort_landing_beside_its_siblings_failure() -> None:
     clean(ONE_AR, ev.Submit(1, n=2), ev.Abort(2), ev.StageFailed(3, 0), ev.StageFinished(2, 0))

@@ -1,0 +1,46 @@
+"""omni_runtime: a sans-IO orchestrator around the ``omni_fsm`` lifecycle, its drivers and runtimes.
+
+Dependency direction: ``omni_fsm`` <- this package's core (``orchestrator``, ``commands``,
+``protocol``, ``adapters``, ``pipeline``) <- drivers (``host``, ``sync``, ``driver``) and runtime
+adapters (``sim``). The core imports no asyncio.
+"""
+
+from __future__ import annotations
+
+from omni_runtime.adapters import INPUT_ADAPTERS, OUTPUT_ADAPTERS, Prompt, StageInput
+from omni_runtime.commands import (
+    AbortAnswer,
+    AbortAt,
+    ClientMessage,
+    Command,
+    CommitAbort,
+    Deliver,
+    Dispatch,
+    EngineChanged,
+    RpcAnswer,
+    RpcCall,
+    StopOrchestrator,
+    StopRuntimes,
+)  # fmt: skip
+from omni_runtime.driver import AsyncEngine
+from omni_runtime.errors import (
+    EngineNotRunning,
+    OmniRuntimeError,
+    PipelineError,
+    RequestFailed,
+    RequestRefused,
+    RpcError,
+)  # fmt: skip
+from omni_runtime.host import Host
+from omni_runtime.orchestrator import Orchestrator
+from omni_runtime.pipeline import Pipeline, StageSpec, load_pipeline, parse_pipeline, simple_pipeline
+from omni_runtime.protocol import StageRuntime
+from omni_runtime.sync import Engine
+
+__all__ = [
+    "INPUT_ADAPTERS", "OUTPUT_ADAPTERS", "AbortAnswer", "AbortAt", "AsyncEngine", "ClientMessage", "Command",
+    "CommitAbort", "Deliver", "Dispatch", "Engine", "EngineChanged", "EngineNotRunning", "Host", "OmniRuntimeError",
+    "Orchestrator", "Pipeline", "PipelineError", "Prompt", "RequestFailed", "RequestRefused", "RpcAnswer", "RpcCall",
+    "RpcError", "StageInput", "StageRuntime", "StageSpec", "StopOrchestrator", "StopRuntimes", "load_pipeline",
+    "parse_pipeline", "simple_pipeline",
+]  # fmt: skip

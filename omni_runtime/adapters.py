@@ -1,0 +1,109 @@
+"""Input and output adapters: the only place where stage data is converted (AR-INV-002).
+
+The orchestrator never looks inside a payload: it hands a request's prompt, its previous
+stage's accumulated result and its companions' results to the next stage's *input adapter*,
+and each output to its stage kind's *output adapter* (accumulate for the next stage, render
+for the client).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import attrs
+
+from omni_fsm import StageKind
+
+
+@attrs.frozen
+class Prompt:
+    """What a client submits: prompt token ids and the generation parameters the stages read."""
+
+    token_ids: tuple[int, ...] = (1, 2, 3)
+    max_tokens: int | None = None  #: AR stages: cap on generated tokens (``None``: the stage's)
+    height: int = 64
+    width: int = 64
+
+
+@attrs.frozen
+class StageInput:
+    """What a stage runtime receives: token ids and an optional multimodal payload."""
+
+    token_ids: tuple[int, ...] = ()
+    multimodal: Mapping[str, Any] | None = None
+    max_tokens: int | None = None
+
+
+InputAdapter = Callable[[Prompt, Any, tuple[Any, ...]], StageInput]
+
+
+def prompt_input(prompt: Prompt, upstream: Any, companions: tuple[Any, ...]) -> StageInput:
+    """Return stage 0's input: the client's prompt tokens."""
+    return StageInput(prompt.token_ids, None, prompt.max_tokens)
+
+
+def ar_to_ar(prompt: Prompt, upstream: Any, companions: tuple[Any, ...]) -> StageInput:
+    """Return an AR stage's input from the previous AR stage's generated tokens."""
+    return StageInput(tuple(upstream or ()), None, prompt.max_tokens)
+
+
+def ar_to_diffusion(prompt: Prompt, upstream: Any, companions: tuple[Any, ...]) -> StageInput:
+    """Return a diffusion stage's conditioning: prior tokens, CFG companions' tokens, image size."""
+    negative = tuple(tuple(c or ()) for c in companions)
+    mm = {"prior": tuple(upstream or ()), "negative": negative, "size": (prompt.height, prompt.width)}
+    return StageInput((), mm, None)
+
+
+def companion_input(prompt: Prompt) -> Prompt:
+    """Return a CFG companion's prompt: the unconditional (empty) prompt."""
+    return Prompt((), prompt.max_tokens, prompt.height, prompt.width)
+
+
+INPUT_ADAPTERS: dict[str, InputAdapter] = {"prompt": prompt_input, "ar2ar": ar_to_ar, "ar2diffusion": ar_to_diffusion}
+
+
+class OutputAdapter:
+    """How one stage kind's outputs accumulate and what the client sees of them."""
+
+    __slots__ = ()
+
+    def accumulate(self, acc: Any, payload: Any) -> Any:
+        """Return the accumulated result after one output."""
+        return acc
+
+    def finish(self, acc: Any, payload: Any) -> Any:
+        """Return the stage's result given the payload its finish carried (if any)."""
+        return acc if payload is None else payload
+
+    def delta(self, payload: Any) -> Any:
+        """Return the client's view of one partial output."""
+        return payload
+
+    def result(self, acc: Any) -> Any:
+        """Return the client's view of the accumulated result (a terminal, an abort prefix)."""
+        return acc
+
+
+class TokenOutput(OutputAdapter):
+    """AR: outputs are token-id tuples; the result is their concatenation."""
+
+    __slots__ = ()
+
+    def accumulate(self, acc: Any, payload: Any) -> Any:
+        return payload if acc is None else acc + payload
+
+    def result(self, acc: Any) -> Any:
+        return () if acc is None else acc
+
+
+class ImageOutput(OutputAdapter):
+    """Diffusion: denoising steps carry nothing; the finish carries the whole sample."""
+
+    __slots__ = ()
+
+    def delta(self, payload: Any) -> Any:
+        return None
+
+
+OUTPUT_ADAPTERS: dict[StageKind, OutputAdapter] = {StageKind.AR: TokenOutput(), StageKind.DIFFUSION: ImageOutput()}

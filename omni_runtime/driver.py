@@ -1,0 +1,170 @@
+"""The asyncio driver: runs the orchestrator against stage runtimes, event-driven or polling.
+
+Both loops hand the orchestrator every report a runtime produced before that runtime steps
+again, so they differ in cadence only: the routing, ordering and terminal contracts (and the
+message sequences, for aborts keyed to a request's k-th output) are the same on both.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Sequence
+
+from omni_fsm import SPEC, ControlMethod, Spec
+from omni_runtime import commands as cmd
+from omni_runtime import protocol as rp
+from omni_runtime.adapters import Prompt
+from omni_runtime.commands import ClientMessage
+from omni_runtime.errors import RpcError
+from omni_runtime.host import Host, Listener
+from omni_runtime.orchestrator import StepHook
+from omni_runtime.pipeline import Pipeline
+
+EVENT, POLL = "event", "poll"
+
+
+class AsyncEngine:
+    """``async for message in engine.generate(prompt)``; a consumer that stops early aborts its request."""
+
+    def __init__(self, pipeline: Pipeline, runtimes: Sequence[Sequence[rp.StageRuntime]] | None = None, *,
+                 loop: str = EVENT, seed: int = 0, spec: Spec = SPEC, on_step: StepHook | None = None,
+                 poll_interval: float = 0.001) -> None:  # fmt: skip
+        if loop not in (EVENT, POLL):
+            raise ValueError(f"loop must be {EVENT!r} or {POLL!r}")
+        if runtimes is None:
+            from omni_runtime.sim import sim_runtimes
+
+            runtimes = sim_runtimes(pipeline, seed)
+        self.host = Host(pipeline, runtimes, spec=spec, on_step=on_step)
+        self.mode, self.poll_interval = loop, poll_interval
+        self._tasks: list[asyncio.Task[None]] = []
+        self._orchestrator_task: asyncio.Task[None] | None = None
+        self._waiters: dict[tuple[type, int], asyncio.Future[cmd.Command]] = {}
+        self.host.answered = self._answered
+        self.host.stop_runtimes = lambda: None  # deferred: the loop must stop first (see shutdown)
+
+    # -- lifecycle of the loops -------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Start the loop tasks (idempotent)."""
+        if self._tasks:
+            return
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._work = asyncio.Event()
+        if self.mode == EVENT:
+            ready: asyncio.Queue[tuple[int, int]] = asyncio.Queue()
+            self.host.notify = lambda stage, replica: ready.put_nowait((stage, replica))
+            wakes = [[asyncio.Event() for _ in r] for r in self.host.runtimes]
+            self.host.wake = lambda stage, replica: wakes[stage][replica].set()
+            self._orchestrator_task = asyncio.create_task(self._event_loop(ready))
+            for stage, replicas in enumerate(self.host.runtimes):
+                for replica, runtime in enumerate(replicas):
+                    self._tasks.append(asyncio.create_task(self._replica_loop(runtime, wakes[stage][replica])))
+        else:
+            self.host.wake = lambda stage, replica: self._work.set()
+            self._orchestrator_task = asyncio.create_task(self._poll_loop())
+        self._tasks.append(self._orchestrator_task)
+
+    async def _event_loop(self, ready: asyncio.Queue[tuple[int, int]]) -> None:
+        while True:
+            if ready.empty():
+                self._idle.set()
+            stage, replica = await ready.get()
+            self._idle.clear()
+            self.host.take(stage, replica)
+
+    async def _replica_loop(self, runtime: rp.StageRuntime, wake: asyncio.Event) -> None:
+        while True:
+            await self._idle.wait()  # the orchestrator has taken every report: step again
+            wake.clear()
+            busy = runtime.step()
+            await asyncio.sleep(0)
+            if not busy:
+                await wake.wait()
+
+    async def _poll_loop(self) -> None:
+        while True:
+            self._work.clear()
+            if self.host.pump():
+                await asyncio.sleep(0)
+            else:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._work.wait(), self.poll_interval)
+
+    async def shutdown(self) -> None:
+        """Every open request gets its terminal; the orchestrator loop stops; then the runtimes shut down."""
+        self.host.shutdown()
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks.clear()
+        self.host.history.append("orchestrator loop ended")
+        self.host.shutdown_runtimes()
+
+    async def __aenter__(self) -> AsyncEngine:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.shutdown()
+
+    # -- the client API ---------------------------------------------------------------------------
+
+    def submit(self, prompt: Prompt | None = None, n: int = 1, companions: int = 0,
+               listener: Listener | None = None) -> int:  # fmt: skip
+        """Submit; return the id. ``listener`` gets each message synchronously (else the mailbox)."""
+        return self.host.submit(prompt or Prompt(), n, companions, listener)
+
+    async def generate(self, prompt: Prompt | None = None, n: int = 1,
+                       companions: int = 0) -> AsyncIterator[ClientMessage]:  # fmt: skip
+        """Yield the request's messages, the terminal last; stopping early (or cancelling) aborts it."""
+        await self.start()
+        queue: asyncio.Queue[ClientMessage] = asyncio.Queue()
+        rid = self.submit(prompt, n, companions, queue.put_nowait)
+        finished = False
+        try:
+            while not finished:
+                message = await queue.get()
+                finished = message.finished
+                yield message
+        finally:
+            if not finished and rid in self.host.orchestrator.routes and not self.host.orchestrator_stopped:
+                self.host.listeners.pop(rid, None)
+                self.abort_nowait(rid)
+
+    def abort_nowait(self, rid: int) -> int:
+        """Ask to abort ``rid`` now; return the abort call id."""
+        return self.host.abort(rid)
+
+    async def abort(self, rid: int) -> bool:
+        """Abort ``rid``; return whether it took effect (``False``: the physical abort failed)."""
+        call = self.host.abort(rid)
+        answer = await self._answer(cmd.AbortAnswer, call, self.host.abort_answers)
+        return answer.ok  # type: ignore[attr-defined,no-any-return]
+
+    async def control(self, method: ControlMethod, level: int = 1, tags: frozenset[str] = frozenset()) -> None:
+        """Run a control RPC on every live replica; raise ``RpcError`` carrying the worker's error."""
+        call = self.host.control(method, level, tags)
+        answer = await self._answer(cmd.RpcAnswer, call, self.host.rpc_answers)
+        if not answer.ok:  # type: ignore[attr-defined]
+            raise RpcError(method.value, answer.error or "unknown error")  # type: ignore[attr-defined]
+
+    async def _answer(self, kind: type, call: int, answers: dict[int, cmd.Command]) -> cmd.Command:  # type: ignore[type-arg]
+        if call in answers:
+            return answers.pop(call)
+        future: asyncio.Future[cmd.Command] = asyncio.get_running_loop().create_future()
+        self._waiters[(kind, call)] = future
+        try:
+            return await future
+        finally:
+            self._waiters.pop((kind, call), None)
+            answers.pop(call, None)
+
+    def _answered(self, answer: cmd.Command) -> None:
+        future = self._waiters.get((answer.__class__, answer.call_id))  # type: ignore[attr-defined]
+        if future is not None and not future.done():
+            future.set_result(answer)

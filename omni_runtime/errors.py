@@ -1,0 +1,35 @@
+"""The one exception hierarchy of ``omni_runtime``."""
+
+from __future__ import annotations
+
+
+class OmniRuntimeError(Exception):
+    """Base of every error ``omni_runtime`` raises."""
+
+
+class PipelineError(OmniRuntimeError):
+    """A pipeline description is malformed: ``path:line: reason``."""
+
+    def __init__(self, path: str, line: int, reason: str) -> None:
+        self.path, self.line, self.reason = path, line, reason
+        super().__init__(f"{path}:{line}: {reason}")
+
+
+class EngineNotRunning(OmniRuntimeError):
+    """The engine is dead or stopped: it accepts no new work."""
+
+
+class RequestRefused(OmniRuntimeError):
+    """The lifecycle does not allow this client call now (nothing changed)."""
+
+
+class RpcError(OmniRuntimeError):
+    """A control RPC failed in a worker; ``error`` is the worker's exception text."""
+
+    def __init__(self, method: str, error: str) -> None:
+        self.method, self.error = method, error
+        super().__init__(f"{method} failed: {error}")
+
+
+class RequestFailed(OmniRuntimeError):
+    """A request ended as failed (request-scoped or fatal); raised by convenience APIs."""

@@ -1,0 +1,185 @@
+"""The runtime host: binds stage runtimes to an orchestrator and carries out its commands.
+
+No asyncio: the synchronous engine and both asyncio loops share it. Each runtime's sink stamps
+its own stage and replica and buffers the report; the drivers decide when the orchestrator
+takes reports (pushed: event-driven; polled: the polling loop and the synchronous engine).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Sequence
+
+from omni_fsm import SPEC, ControlMethod, EngineState, Spec
+from omni_runtime import commands as cmd
+from omni_runtime import protocol as rp
+from omni_runtime.adapters import Prompt
+from omni_runtime.orchestrator import Orchestrator, StepHook
+from omni_runtime.pipeline import Pipeline
+
+Listener = Callable[[cmd.ClientMessage], None]
+
+
+class Host:
+    """One orchestrator, its runtimes (``runtimes[stage][replica]``) and the client's mailboxes."""
+
+    def __init__(self, pipeline: Pipeline, runtimes: Sequence[Sequence[rp.StageRuntime]], *, spec: Spec = SPEC,
+                 on_step: StepHook | None = None) -> None:  # fmt: skip
+        if [len(r) for r in runtimes] != [s.replicas for s in pipeline.stages]:
+            raise ValueError("need one runtime per replica of every stage")
+        self.pipeline = pipeline
+        self.orchestrator = Orchestrator(pipeline, spec=spec, on_step=on_step)
+        self.runtimes = [list(r) for r in runtimes]
+        self.buffers: list[list[deque[rp.Report]]] = [[deque() for _ in r] for r in runtimes]
+        self.mailboxes: dict[int, deque[cmd.ClientMessage]] = {}
+        self.listeners: dict[int, Listener] = {}
+        self.abort_answers: dict[int, cmd.AbortAnswer] = {}
+        self.rpc_answers: dict[int, cmd.RpcAnswer] = {}
+        self.engine_state = EngineState.RUNNING
+        self.orchestrator_stopped = False
+        self.runtimes_stopped = False
+        self.history: list[str] = []  #: shutdown order, for tests: 'orchestrator stopped', 'runtime s/r shut down'
+        self.notify: Callable[[int, int], None] = lambda stage, replica: None  #: a report was buffered
+        self.wake: Callable[[int, int], None] = lambda stage, replica: None  #: a runtime was given work
+        self.answered: Callable[[cmd.Command], None] = lambda answer: None
+        self.stop_runtimes: Callable[[], None] = self.shutdown_runtimes
+        self._pending: deque[cmd.Command] = deque()
+        self._executing = False
+        for stage, replicas in enumerate(self.runtimes):
+            for replica, runtime in enumerate(replicas):
+                runtime.bind(self._sink(stage, replica))
+
+    def _sink(self, stage: int, replica: int) -> rp.ReportSink:
+        buffer = self.buffers[stage][replica]
+
+        def sink(report: rp.Report) -> None:
+            buffer.append(report)
+            self.notify(stage, replica)
+
+        return sink
+
+    # -- client calls ----------------------------------------------------------------------
+
+    def submit(self, prompt: Prompt, n: int = 1, companions: int = 0, listener: Listener | None = None) -> int:
+        """Submit; return the request id. Messages go to ``listener`` (called at once) or the mailbox."""
+        rid, out = self.orchestrator.submit(prompt, n, companions)
+        if listener is not None:
+            self.listeners[rid] = listener
+        else:
+            self.mailboxes[rid] = deque()
+        self.execute(out)
+        return rid
+
+    def abort(self, rid: int) -> int:
+        """Ask to abort ``rid``; return the abort call id (its answer lands in ``abort_answers``)."""
+        call, out = self.orchestrator.abort(rid)
+        self.execute(out)
+        return call
+
+    def control(self, method: ControlMethod, level: int = 1, tags: frozenset[str] = frozenset()) -> int:
+        """Call a control RPC; return its call id (its answer lands in ``rpc_answers``)."""
+        call, out = self.orchestrator.control(method, level, tags)
+        self.execute(out)
+        return call
+
+    def shutdown(self) -> None:
+        """Shut the orchestrator down (every open request gets its terminal), then the runtimes."""
+        if not self.orchestrator_stopped:
+            self.execute(self.orchestrator.shutdown())
+
+    # -- reports ------------------------------------------------------------------------------
+
+    def take(self, stage: int, replica: int) -> bool:
+        """Hand the oldest buffered report of one runtime to the orchestrator; return whether there was one."""
+        buffer = self.buffers[stage][replica]
+        if not buffer or self.orchestrator_stopped:
+            return False
+        self.execute(self.orchestrator.report(stage, replica, buffer.popleft()))
+        return True
+
+    def drain(self) -> bool:
+        """Hand every buffered report to the orchestrator, polling stages in order; return whether any."""
+        moved = False
+        for stage, replicas in enumerate(self.buffers):
+            for replica in range(len(replicas)):
+                while self.take(stage, replica):
+                    moved = True
+        return moved
+
+    def step_runtimes(self) -> bool:
+        """Step every runtime once, in stage order; return whether any has work left."""
+        busy = False
+        for replicas in self.runtimes:
+            for runtime in replicas:
+                busy = runtime.step() or busy
+        return busy
+
+    def pump(self) -> bool:
+        """One polling round: take reports, step the runtimes, take reports; return whether anything moved."""
+        if self.runtimes_stopped:
+            return False
+        moved = self.drain()
+        busy = self.step_runtimes()
+        return self.drain() or moved or busy
+
+    # -- commands -------------------------------------------------------------------------------
+
+    def execute(self, commands: list[cmd.Command]) -> None:
+        """Carry out commands in order (a listener's nested call queues behind them)."""
+        self._pending.extend(commands)
+        if self._executing:
+            return
+        self._executing = True
+        try:
+            while self._pending:
+                self._do(self._pending.popleft())
+        finally:
+            self._executing = False
+
+    def _do(self, c: cmd.Command) -> None:
+        kind = c.__class__
+        if kind is cmd.Deliver:
+            self._deliver(c.message)  # type: ignore[attr-defined]
+        elif kind is cmd.Dispatch:
+            self.runtimes[c.stage][c.replica].add_request(c.rid, c.stage_input)  # type: ignore[attr-defined]
+            self.wake(c.stage, c.replica)  # type: ignore[attr-defined]
+        elif kind is cmd.AbortAt:
+            self.runtimes[c.stage][c.replica].abort_requests(c.abort_id, c.req_ids)  # type: ignore[attr-defined]
+            self.wake(c.stage, c.replica)  # type: ignore[attr-defined]
+        elif kind is cmd.RpcCall:
+            self.runtimes[c.stage][c.replica].control(c.call_id, c.method, c.level, c.tags)  # type: ignore[attr-defined]
+            self.wake(c.stage, c.replica)  # type: ignore[attr-defined]
+        elif kind is cmd.AbortAnswer:
+            self.abort_answers[c.call_id] = c  # type: ignore[attr-defined,assignment]
+            self.answered(c)
+        elif kind is cmd.RpcAnswer:
+            self.rpc_answers[c.call_id] = c  # type: ignore[attr-defined,assignment]
+            self.answered(c)
+        elif kind is cmd.EngineChanged:
+            self.engine_state = c.state  # type: ignore[attr-defined]
+        elif kind is cmd.StopOrchestrator:
+            self.orchestrator_stopped = True
+            self.history.append("orchestrator stopped")
+        elif kind is cmd.StopRuntimes:
+            self.stop_runtimes()
+
+    def _deliver(self, message: cmd.ClientMessage) -> None:
+        listener = self.listeners.get(message.rid)
+        if message.finished:
+            self.listeners.pop(message.rid, None)
+        if listener is not None:
+            listener(message)
+        else:
+            box = self.mailboxes.get(message.rid)
+            if box is not None:
+                box.append(message)
+
+    def shutdown_runtimes(self) -> None:
+        """Shut every runtime down (after the orchestrator stopped); idempotent."""
+        if self.runtimes_stopped:
+            return
+        self.runtimes_stopped = True
+        for stage, replicas in enumerate(self.runtimes):
+            for replica, runtime in enumerate(replicas):
+                runtime.shutdown()
+                self.history.append(f"runtime {stage}/{replica} shut down")

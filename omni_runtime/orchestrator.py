@@ -1,0 +1,404 @@
+"""The sans-IO orchestrator: client calls and runtime reports in, commands out.
+
+``omni_fsm.core.Lifecycle`` makes every lifecycle decision. This module holds the routing data
+around those decisions and nothing else: the pipeline description, the binding of each request
+to a stage replica, per-request output buffers (and their order), abort and RPC correlation
+ids. It translates runtime reports into lifecycle events and the lifecycle's observations into
+commands. No I/O, no asyncio, no threads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from omni_fsm import SPEC, ControlMethod, LifecycleError, Outcome, Role, Spec, StageKind
+from omni_fsm import events as ev
+from omni_fsm import observations as ob
+from omni_fsm.core import Lifecycle
+from omni_runtime import commands as cmd
+from omni_runtime import protocol as rp
+from omni_runtime.adapters import INPUT_ADAPTERS, OUTPUT_ADAPTERS, Prompt, companion_input
+from omni_runtime.errors import EngineNotRunning, OmniRuntimeError, RequestRefused
+from omni_runtime.pipeline import Pipeline
+
+StepHook = Callable[[ev.Event | None, list[ob.Observation]], None]
+Commands = list[cmd.Command]
+
+_STATUS_EVENTS: dict[str, type[ev.StageEvent]] = {
+    rp.Status.SCHEDULED: ev.Scheduled, rp.Status.PREEMPTED: ev.Preempted,
+    rp.Status.AWAIT_GRAMMAR: ev.AwaitGrammar, rp.Status.AWAIT_REMOTE_KVS: ev.AwaitRemoteKVs,
+    rp.Status.AWAIT_STREAMING: ev.AwaitStreamingReq, rp.Status.AWAIT_CHUNK: ev.AwaitChunk,
+    rp.Status.INPUT_READY: ev.InputReady,
+}  # fmt: skip
+
+
+class _Route:
+    """Routing data of one tracked request (client, child or companion)."""
+
+    __slots__ = ("companion", "companions", "error", "held", "next_seq", "parent", "prompt", "replica", "result",
+                 "stage")  # fmt: skip
+
+    def __init__(self, prompt: Prompt, parent: int = -1, companion: bool = False) -> None:
+        self.prompt = prompt
+        self.parent = parent
+        self.companion = companion
+        self.stage = -1
+        self.replica = -1
+        self.next_seq = 0
+        self.held: dict[int, rp.RequestReport] | None = None  #: reports that arrived early, by seq
+        self.result: Any = None  #: accumulated output at the current stage
+        self.companions: tuple[Any, ...] = ()  #: results of finished CFG companions
+        self.error: str | None = None
+
+
+class Stats:
+    """What the orchestrator itself dropped (the lifecycle counts what it dropped)."""
+
+    __slots__ = ("duplicates", "misrouted", "unknown_results")
+
+    def __init__(self) -> None:
+        self.duplicates = 0  #: a per-request report whose seq was already handled
+        self.misrouted = 0  #: a report from a replica the request is not bound to
+        self.unknown_results = 0  #: an abort result nobody waits for (late or duplicated)
+
+    def as_dict(self) -> dict[str, int]:
+        """Return the counters by name."""
+        return {name: getattr(self, name) for name in self.__slots__}
+
+
+class _Rpc:
+    __slots__ = ("error", "waiting")
+
+    def __init__(self, waiting: set[tuple[int, int]]) -> None:
+        self.waiting = waiting
+        self.error: str | None = None
+
+
+class Orchestrator:
+    """Routes requests through a pipeline; every lifecycle decision is the ``Lifecycle``'s."""
+
+    def __init__(self, pipeline: Pipeline, *, spec: Spec = SPEC, on_step: StepHook | None = None) -> None:
+        self.pipeline = pipeline
+        self.lifecycle = Lifecycle(pipeline.kinds, pipeline.final, pipeline.slots, spec=spec)
+        self.on_step = on_step
+        self.stats = Stats()
+        self.routes: dict[int, _Route] = {}
+        self.live: list[list[bool]] = [[True] * s.replicas for s in pipeline.stages]
+        self._rr = [0] * len(pipeline.stages)
+        self._inputs = [INPUT_ADAPTERS[s.adapter] for s in pipeline.stages]
+        self._outputs = [OUTPUT_ADAPTERS[s.kind] for s in pipeline.stages]
+        self._next_rid = 0
+        self._next_call = 0
+        self._aborts: dict[int, tuple[int, int, set[int]]] = {}  #: abort id -> (stage, replica, ids unanswered)
+        self._abort_callers: dict[int, list[int]] = {}  #: rid -> abort call ids waiting
+        self._rpcs: dict[int, _Rpc] = {}
+        self._payload: Any = None  #: the payload of the output being handled (for partials)
+        self.stopped = False
+
+    # -- client calls --------------------------------------------------------------------
+
+    def submit(self, prompt: Prompt, n: int = 1, companions: int = 0) -> tuple[int, Commands]:
+        """Submit a request; return its id (ids ``rid+1..`` belong to its samples/companions) and commands."""
+        rid = self._next_rid
+        route = _Route(prompt)
+        self.routes[rid] = route
+        try:
+            out = self._feed(ev.Submit(rid, n, companions))
+        except LifecycleError as exc:
+            del self.routes[rid]
+            raise self._refusal(exc) from None
+        self._next_rid = rid + 1 + max(n if n > 1 else 0, companions)
+        return rid, out
+
+    def abort(self, rid: int) -> tuple[int, Commands]:
+        """Ask to abort client request ``rid``; return the abort call id (answered by ``AbortAnswer``)."""
+        route = self.routes.get(rid)
+        if route is not None and route.parent >= 0:
+            raise RequestRefused(f"request {rid} is a sample or companion, not a client request")
+        call = self._call_id()
+        self._abort_callers.setdefault(rid, []).append(call)
+        try:
+            out = self._feed(ev.Abort(rid))
+        except LifecycleError as exc:
+            self._abort_callers.pop(rid, None)
+            raise self._refusal(exc) from None
+        if rid not in self.routes:  # already ended (or never known): the abort has nothing left to do
+            for waiting in self._abort_callers.pop(rid, []):
+                out.append(cmd.AbortAnswer(waiting, rid, True))
+        return call, out
+
+    def control(self, method: ControlMethod, level: int = 1,
+                tags: frozenset[str] = frozenset()) -> tuple[int, Commands]:  # fmt: skip
+        """Call a control RPC on every live replica; return its call id (answered by ``RpcAnswer``)."""
+        call = self._call_id()
+        try:
+            return call, self._feed(ev.Control(call, method, level, tags))
+        except LifecycleError as exc:
+            raise self._refusal(exc) from None
+
+    def shutdown(self) -> Commands:
+        """Shut down: every open request gets its terminal, then the orchestrator, then the runtimes stop."""
+        return self._feed(ev.Shutdown())
+
+    def _call_id(self) -> int:
+        self._next_call += 1
+        return self._next_call
+
+    def _refusal(self, exc: LifecycleError) -> OmniRuntimeError:
+        state = self.lifecycle.engine.state.value
+        if state in ("dead", "stopped"):
+            return EngineNotRunning(f"engine is {state}: {exc}")
+        return RequestRefused(str(exc))
+
+    # -- runtime reports --------------------------------------------------------------------
+
+    def report(self, stage: int, replica: int, report: rp.Report) -> Commands:
+        """Handle one report of ``replica`` of ``stage`` (the driver stamps both); return commands."""
+        if isinstance(report, rp.RequestReport):
+            return self._request_report(stage, replica, report)
+        if isinstance(report, rp.AbortResult):
+            pending = self._aborts.get(report.abort_id)
+            if pending is None or pending[:2] != (stage, replica) or report.req_id not in pending[2]:
+                self.stats.unknown_results += 1
+                return []
+            pending[2].discard(report.req_id)
+            if not pending[2]:
+                del self._aborts[report.abort_id]
+            return self._feed((ev.AbortDone if report.ok else ev.AbortFailed)(report.req_id, stage))
+        if isinstance(report, rp.RpcResult):
+            return self._rpc_result(report.call_id, (stage, replica), report.error if not report.ok else None)
+        if isinstance(report, rp.ReplicaDied):
+            return self._replica_died(stage, replica)
+        if isinstance(report, rp.EngineDead):
+            return self._feed(ev.EngineDied())
+        raise OmniRuntimeError(f"unknown report {report!r}")
+
+    def _request_report(self, stage: int, replica: int, report: rp.RequestReport) -> Commands:
+        rid = report.req_id
+        route = self.routes.get(rid)
+        if route is None or route.stage != stage:  # late: the lifecycle drops it as unknown / stale
+            return self._feed(self._event(rid, stage, report))
+        if route.replica != replica:
+            self.stats.misrouted += 1
+            return []
+        if report.seq != route.next_seq:
+            if report.seq < route.next_seq or (route.held is not None and report.seq in route.held):
+                self.stats.duplicates += 1
+            else:
+                if route.held is None:
+                    route.held = {}
+                route.held[report.seq] = report
+            return []
+        out = self._in_order(rid, stage, report, route)
+        while (route := self.routes.get(rid)) is not None and route.held and route.stage == stage:  # type: ignore[assignment]
+            nxt = route.held.pop(route.next_seq, None)
+            if nxt is None:
+                break
+            out += self._in_order(rid, stage, nxt, route)
+        if route is not None and not route.held:
+            route.held = None
+        return out
+
+    def _in_order(self, rid: int, stage: int, report: rp.RequestReport, route: _Route) -> Commands:
+        route.next_seq += 1
+        before, self._payload = route.result, None
+        adapter = self._outputs[stage]
+        if isinstance(report, rp.Output):
+            route.result = adapter.accumulate(route.result, report.payload)
+            self._payload = report.payload
+        elif isinstance(report, rp.Finished):
+            route.result = adapter.finish(route.result, report.payload)
+        elif isinstance(report, rp.Failed):
+            route.error = report.error
+        out = self._feed(self._event(rid, stage, report), keep_result=before)
+        self._payload = None
+        return out
+
+    @staticmethod
+    def _event(rid: int, stage: int, report: rp.RequestReport) -> ev.StageEvent:
+        if isinstance(report, rp.Output):
+            return ev.StageOutput(rid, stage, report.tokens)
+        if isinstance(report, rp.Finished):
+            return ev.StageFinished(rid, stage, report.stop)
+        if isinstance(report, rp.StatusChanged):
+            return _STATUS_EVENTS[report.status](rid, stage)
+        if isinstance(report, rp.Failed):
+            return ev.StageFailed(rid, stage)
+        raise OmniRuntimeError(f"unknown request report {report!r}")
+
+    def _rpc_result(self, call_id: int, where: tuple[int, int], error: str | None) -> Commands:
+        rpc = self._rpcs.get(call_id)
+        if rpc is None:  # late or duplicated: the lifecycle drops it as unknown
+            return self._feed(ev.RpcFailed(call_id, error) if error else ev.RpcDone(call_id))
+        if where not in rpc.waiting:
+            self.stats.duplicates += 1
+            return []
+        rpc.waiting.discard(where)
+        if error is not None and rpc.error is None:
+            rpc.error = error
+        if rpc.waiting:
+            return []
+        del self._rpcs[call_id]
+        return self._feed(ev.RpcFailed(call_id, rpc.error) if rpc.error else ev.RpcDone(call_id))
+
+    def _replica_died(self, stage: int, replica: int) -> Commands:
+        if not self.live[stage][replica]:
+            return []
+        self.live[stage][replica] = False
+        self._aborts = {k: v for k, v in self._aborts.items() if v[:2] != (stage, replica)}
+        out: Commands = []
+        if not any(self.live[stage]):  # no live replica left: the engine is dead
+            out += self._feed(ev.EngineDied())
+        else:
+            bound = sorted(r for r, route in self.routes.items() if route.stage == stage and route.replica == replica)
+            for rid in bound:
+                out += self._feed(ev.ReplicaLost(rid, stage))
+        for call_id in sorted(self._rpcs):
+            if (stage, replica) in self._rpcs[call_id].waiting:
+                out += self._rpc_result(call_id, (stage, replica), "ReplicaDied: replica lost during the RPC")
+        return out
+
+    # -- the lifecycle's observations, as commands ----------------------------------------------
+
+    def _feed(self, event: ev.Event, keep_result: Any = None) -> Commands:
+        outputs = self.lifecycle.handle(event)
+        if self.on_step is not None:
+            self.on_step(event, outputs)
+        out: Commands = []
+        aborts: dict[tuple[int, int], list[int]] = {}
+        for o in outputs:
+            kind = o.__class__
+            if kind is ob.Emitted:
+                out.append(cmd.Deliver(self._message(o)))  # type: ignore[arg-type]
+            elif kind is ob.Dispatched:
+                out.append(self._dispatch(o))  # type: ignore[arg-type]
+            elif kind is ob.Forwarded:
+                self._forward(o)  # type: ignore[arg-type]
+            elif kind is ob.Released:
+                self._release(o.rid, out)  # type: ignore[attr-defined]
+            elif kind is ob.Submitted:
+                self._submitted(o)  # type: ignore[arg-type]
+            elif kind is ob.AbortSent:
+                route = self.routes[o.rid]  # type: ignore[attr-defined]
+                aborts.setdefault((route.stage, route.replica), []).append(o.rid)  # type: ignore[attr-defined]
+            elif kind is ob.AbortAnswered:
+                self._answer_abort(o.rid, o.ok, out)  # type: ignore[attr-defined]
+            elif kind is ob.AbortCommitted:
+                out.append(cmd.CommitAbort(o.rid))  # type: ignore[attr-defined]
+            elif kind is ob.Dropped and isinstance(event, ev.StageEvent) and o.rid == event.rid:  # type: ignore[attr-defined]
+                route = self.routes.get(event.rid)
+                if route is not None and route.stage == event.stage:  # not acted on: undo the buffer
+                    route.result = keep_result
+            elif kind is ob.RpcSent:
+                out += self._send_rpc(o)  # type: ignore[arg-type]
+            elif kind is ob.RpcAnswered:
+                self._rpcs.pop(o.call_id, None)  # type: ignore[attr-defined]
+                out.append(cmd.RpcAnswer(o.call_id, o.method, o.ok, o.error))  # type: ignore[attr-defined]
+            elif kind is ob.EngineChanged:
+                out.append(cmd.EngineChanged(o.state))  # type: ignore[attr-defined]
+            elif kind is ob.OrchestratorStopped:
+                self.stopped = True
+                out.append(cmd.StopOrchestrator())
+            elif kind is ob.RuntimesStopped:
+                out.append(cmd.StopRuntimes())
+        for (stage, replica), rids in aborts.items():
+            abort_id = self._call_id()
+            self._aborts[abort_id] = (stage, replica, set(rids))
+            out.append(cmd.AbortAt(stage, replica, abort_id, tuple(rids)))
+        return out
+
+    def _submitted(self, o: ob.Submitted) -> None:
+        if o.role is Role.CLIENT:
+            return
+        parent = self.routes[o.parent].prompt
+        companion = o.role is Role.COMPANION
+        self.routes[o.rid] = _Route(companion_input(parent) if companion else parent, o.parent, companion)
+
+    def _forward(self, o: ob.Forwarded) -> None:
+        route = self.routes[o.rid]
+        companions = route.companions
+        if route.parent >= 0 and route.parent in self.routes:  # an n>1 sample uses its parent's companions
+            companions = self.routes[route.parent].companions
+        route.result = self._inputs[o.dst](route.prompt, route.result, companions)  # the next stage's input
+
+    def _dispatch(self, o: ob.Dispatched) -> cmd.Command:
+        route = self.routes[o.rid]
+        if o.stage == 0:
+            stage_input = self._inputs[0](route.prompt, None, ())
+            src = -1
+        else:
+            stage_input, src = route.result, o.stage - 1
+        route.stage, route.replica = o.stage, self._pick_replica(o.stage, route)
+        route.result, route.next_seq, route.held = None, 0, None
+        return cmd.Dispatch(o.rid, o.stage, route.replica, stage_input, src)
+
+    def _pick_replica(self, stage: int, route: _Route) -> int:
+        live = self.live[stage]
+        parent = self.routes.get(route.parent) if route.parent >= 0 else None
+        if parent is not None and parent.stage == stage and live[parent.replica]:
+            return parent.replica  # companions and samples run next to their parent when they can
+        for _ in range(len(live)):
+            replica = self._rr[stage] % len(live)
+            self._rr[stage] += 1
+            if live[replica]:
+                return replica
+        raise EngineNotRunning(f"stage {stage} has no live replica")
+
+    def _message(self, o: ob.Emitted) -> cmd.ClientMessage:
+        source = self.routes.get(o.rid + 1 + o.sample if o.sample >= 0 else o.rid)
+        adapter = self._outputs[o.stage]
+        data: Any = None
+        error = None
+        if not o.finished and not o.stage_final:
+            data = adapter.delta(self._payload)
+        elif source is not None and o.outcome in (None, Outcome.FINISHED):
+            data = adapter.result(source.result)
+        elif source is not None and o.outcome is Outcome.ABORTED and self.pipeline.stages[o.stage].final:
+            data = adapter.result(source.result) if self.pipeline.kinds[o.stage] is StageKind.AR else None
+        elif o.outcome in (Outcome.FAILED, Outcome.FATAL):
+            error = (source.error if source is not None else None) or o.reason
+        return cmd.ClientMessage(o.rid, o.stage, data, o.finished, o.stage_final, o.outcome, o.reason, o.sample,
+                                 o.cumulative, error)  # fmt: skip
+
+    def _answer_abort(self, rid: int, ok: bool, out: Commands) -> None:
+        for call in self._abort_callers.pop(rid, ()):
+            out.append(cmd.AbortAnswer(call, rid, ok))
+
+    def _release(self, rid: int, out: Commands) -> None:
+        route = self.routes.pop(rid, None)
+        if route is not None and route.parent >= 0:
+            parent = self.routes.get(route.parent)
+            if parent is not None and route.companion:
+                parent.companions = (*parent.companions, route.result)
+        self._answer_abort(rid, True, out)  # ended some other way while an abort was pending
+
+    def _send_rpc(self, o: ob.RpcSent) -> Commands:
+        _, level, tags = self.lifecycle.engine.pending_rpcs[o.call_id]
+        targets = [(s, r) for s, live in enumerate(self.live) for r, up in enumerate(live) if up]
+        self._rpcs[o.call_id] = _Rpc(set(targets))
+        return [cmd.RpcCall(o.call_id, s, r, o.method, level, tags) for s, r in targets]
+
+    # -- queries --------------------------------------------------------------------------------
+
+    def open_requests(self) -> list[int]:
+        """Return the ids of tracked client requests."""
+        return sorted(rid for rid, route in self.routes.items() if route.parent < 0)
+
+    def idle(self) -> bool:
+        """Return whether no request, abort or RPC is in flight."""
+        return not self.routes and not self._rpcs and not self.lifecycle.records
+
+    def held_state(self) -> dict[str, int]:
+        """Return the sizes of every map the orchestrator keeps (all zero after a drain)."""
+        return {"routes": len(self.routes), "records": len(self.lifecycle.records), "aborts": len(self._aborts),
+                "abort_callers": len(self._abort_callers), "rpcs": len(self._rpcs)}  # fmt: skip
+
+    def counters(self) -> dict[str, int]:
+        """Return what the lifecycle and the orchestrator dropped or failed."""
+        return {**self.lifecycle.counters.as_dict(), **self.stats.as_dict()}
+
+
+def stage_names(pipeline: Pipeline) -> Sequence[str]:
+    """Return the stage names in order."""
+    return [s.name for s in pipeline.stages]

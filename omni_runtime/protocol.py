@@ -1,0 +1,137 @@
+"""The runtime protocol: what a pluggable stage runtime (one replica of one stage) implements.
+
+A runtime only *reports*: everything it says goes through the one ``ReportSink`` it is bound
+to, and no report has a field naming a stage, a replica or a destination. The sink belongs to
+the driver, which stamps the runtime's own stage and replica on each report; a runtime holds no
+reference to the orchestrator or to any other stage. So a runtime (a stage client or worker)
+cannot route a request to another stage: that is a property of these types (ORCH-INV-001/002,
+AR-INV-003), checked in ``tests/runtime/test_routing_shape.py``.
+
+Per-request reports carry ``seq``: 0, 1, 2, ... for each request, in the order the runtime
+produced them, so the orchestrator can put delayed or reordered reports back in order and
+recognise duplicates.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol, runtime_checkable
+
+import attrs
+
+from omni_fsm import ControlMethod, StopKind
+from omni_runtime.adapters import StageInput
+
+
+@attrs.frozen(slots=True)
+class Report:
+    """Base of everything a runtime reports."""
+
+
+@attrs.frozen(slots=True)
+class RequestReport(Report):
+    """A report about one accepted request (``req_id``: the runtime-level request id)."""
+
+    req_id: int
+    seq: int
+
+
+class Status:
+    """Scheduler sub-states an AR runtime reports (diffusion uses ``SCHEDULED`` only)."""
+
+    SCHEDULED = "scheduled"
+    PREEMPTED = "preempted"
+    AWAIT_GRAMMAR = "await_grammar"
+    AWAIT_REMOTE_KVS = "await_remote_kvs"
+    AWAIT_STREAMING = "await_streaming"
+    AWAIT_CHUNK = "await_chunk"
+    INPUT_READY = "input_ready"
+    ALL = (SCHEDULED, PREEMPTED, AWAIT_GRAMMAR, AWAIT_REMOTE_KVS, AWAIT_STREAMING, AWAIT_CHUNK, INPUT_READY)
+
+
+@attrs.frozen(slots=True)
+class StatusChanged(RequestReport):
+    """The scheduler moved the request (one of ``Status``)."""
+
+    status: str
+
+
+@attrs.frozen(slots=True)
+class Output(RequestReport):
+    """A partial output: ``tokens`` units of work (tokens or denoising steps) and their payload."""
+
+    tokens: int
+    payload: Any = None
+
+
+@attrs.frozen(slots=True)
+class Finished(RequestReport):
+    """The request finished normally at this stage; ``payload`` is a whole-sample result, if any."""
+
+    stop: StopKind = StopKind.STOP
+    payload: Any = None
+
+
+@attrs.frozen(slots=True)
+class Failed(RequestReport):
+    """The request failed at this stage only."""
+
+    error: str = "stage error"
+
+
+@attrs.frozen(slots=True)
+class AbortResult(Report):
+    """The physical abort ``abort_id`` of ``req_id``: ``ok`` only if the request is really gone."""
+
+    abort_id: int
+    req_id: int
+    ok: bool
+    error: str | None = None
+
+
+@attrs.frozen(slots=True)
+class RpcResult(Report):
+    """This replica's answer to control RPC ``call_id``; ``error`` is the worker's exception."""
+
+    call_id: int
+    ok: bool
+    error: str | None = None
+
+
+@attrs.frozen(slots=True)
+class ReplicaDied(Report):
+    """This replica is lost; the requests bound to it are gone."""
+
+
+@attrs.frozen(slots=True)
+class EngineDead(Report):
+    """The whole engine is unusable (a fatal error no replica survives)."""
+
+
+ReportSink = Callable[[Report], None]
+
+
+@runtime_checkable
+class StageRuntime(Protocol):
+    """One replica of one stage: communication and lifecycle only."""
+
+    def bind(self, sink: ReportSink) -> None:
+        """Set the one sink every report goes to (called once, before any other call)."""
+
+    def add_request(self, req_id: int, stage_input: StageInput) -> None:
+        """Accept a request with its stage input."""
+
+    def abort_requests(self, abort_id: int, req_ids: Sequence[int]) -> None:
+        """Abort ``req_ids``; report one truthful ``AbortResult`` per id."""
+
+    def control(self, call_id: int, method: ControlMethod, level: int, tags: frozenset[str]) -> None:
+        """Run a control RPC on this replica's workers; report ``RpcResult`` (errors propagated)."""
+
+    def step(self) -> bool:
+        """Do one unit of work, reporting through the sink; return whether work is left."""
+
+    def shutdown(self) -> None:
+        """Stop; idempotent. No report follows."""
+
+
+RuntimeFactory = Callable[[Any, int, int], StageRuntime]  # (stage spec, stage index, replica) -> runtime

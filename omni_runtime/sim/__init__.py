@@ -1,0 +1,33 @@
+"""The simulator: deterministic (seeded) AR and diffusion stage runtimes, with fault injection."""
+
+from __future__ import annotations
+
+from omni_fsm import StageKind
+from omni_runtime.pipeline import Pipeline, StageSpec
+from omni_runtime.sim._base import SimReplica
+from omni_runtime.sim.ar import SimAR
+from omni_runtime.sim.config import SimConfig
+from omni_runtime.sim.diffusion import SimDiffusion
+from omni_runtime.sim.instant import InstantReplica
+
+
+def sim_replica(spec: StageSpec, stage: int, replica: int, seed: int = 0,
+                config: SimConfig | None = None) -> SimReplica:  # fmt: skip
+    """Return one simulated replica of ``spec``'s kind."""
+    cls = SimAR if spec.kind is StageKind.AR else SimDiffusion
+    return cls(spec, stage, replica, seed, config)
+
+
+def sim_runtimes(pipeline: Pipeline, seed: int = 0, config: SimConfig | None = None) -> list[list[SimReplica]]:
+    """Return the simulated replicas of every stage: ``result[stage][replica]``."""
+    stages = enumerate(pipeline.stages)
+    return [[sim_replica(spec, i, r, seed, config) for r in range(spec.replicas)] for i, spec in stages]
+
+
+def instant_runtimes(pipeline: Pipeline) -> list[list[InstantReplica]]:
+    """Return zero-cost replicas (every request finishes within one step): for benchmarks."""
+    return [[InstantReplica(spec) for _ in range(spec.replicas)] for spec in pipeline.stages]
+
+
+__all__ = ["InstantReplica", "SimAR", "SimConfig", "SimDiffusion", "SimReplica", "instant_runtimes", "sim_replica",
+           "sim_runtimes"]  # fmt: skip

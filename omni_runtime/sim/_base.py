@@ -1,0 +1,165 @@
+"""What every simulated replica shares: reporting (with report-stream faults), RPCs, death."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from typing import Any
+
+from omni_fsm import ControlMethod
+from omni_runtime import protocol as rp
+from omni_runtime.adapters import StageInput
+from omni_runtime.pipeline import StageSpec
+from omni_runtime.sim.config import SimConfig
+
+
+def request_rng(seed: int, stage: int, req_id: int) -> random.Random:
+    """Return the request's own generator: its behaviour never depends on scheduling."""
+    return random.Random((seed * 1_000_003 + stage) * 1_000_033 + req_id)
+
+
+class SimRequest:
+    """One request inside a simulated replica."""
+
+    __slots__ = ("abort_fails", "chunk_at", "fail", "generated", "length", "no_output", "park", "phase",
+                 "preempt_at", "req_id", "rng", "seq", "stage_input")  # fmt: skip
+
+    def __init__(self, req_id: int, stage_input: StageInput, rng: random.Random) -> None:
+        self.req_id, self.stage_input, self.rng = req_id, stage_input, rng
+        self.phase = "waiting"
+        self.seq = self.generated = self.length = 0
+        self.park = ""
+        self.preempt_at = self.chunk_at = -1
+        self.no_output = self.abort_fails = self.fail = False
+
+
+class SimReplica:
+    """Base of the simulated AR and diffusion replicas (one replica of one stage)."""
+
+    def __init__(self, spec: StageSpec, stage: int, replica: int, seed: int = 0,
+                 config: SimConfig | None = None) -> None:  # fmt: skip
+        self.spec, self.stage, self.replica, self.seed = spec, stage, replica, seed
+        self.config = config or SimConfig()
+        self.rng = random.Random(seed * 7919 + stage * 131 + replica)  # report-stream faults only
+        self.requests: dict[int, SimRequest] = {}
+        self.steps = 0
+        self.dead = self.closed = False
+        self._sink: rp.ReportSink | None = None
+        self._rpcs: list[int] = []
+        self._delayed: list[tuple[int, rp.Report]] = []
+        self._end_of_step: list[rp.Report] = []
+
+    # -- the protocol ---------------------------------------------------------------------
+
+    def bind(self, sink: rp.ReportSink) -> None:
+        self._sink = sink
+
+    def add_request(self, req_id: int, stage_input: StageInput) -> None:
+        if self.dead or self.closed:
+            return
+        req = SimRequest(req_id, stage_input, request_rng(self.seed, self.stage, req_id))
+        self.plan(req)
+        self.requests[req_id] = req
+
+    def abort_requests(self, abort_id: int, req_ids: Sequence[int]) -> None:
+        if self.dead or self.closed:
+            return
+        for req_id in req_ids:
+            req = self.requests.get(req_id)
+            if req is not None and req.abort_fails:
+                req.abort_fails = False  # the physical abort fails once; the request keeps running
+                self.emit(rp.AbortResult(abort_id, req_id, False, "abort failed in the engine core"))
+                continue
+            self.requests.pop(req_id, None)
+            self.emit(rp.AbortResult(abort_id, req_id, True))
+
+    def control(self, call_id: int, method: ControlMethod, level: int, tags: frozenset[str]) -> None:
+        if not (self.dead or self.closed):
+            self._rpcs.append(call_id)
+
+    def step(self) -> bool:
+        if self.dead or self.closed:
+            return False
+        self.steps += 1
+        if self._die():
+            return False
+        for call_id in self._rpcs:
+            if self.rng.random() < self.config.rpc_error:
+                self.emit(rp.RpcResult(call_id, False, "WorkerError: injected failure in a worker"))
+            else:
+                self.emit(rp.RpcResult(call_id, True))
+        self._rpcs.clear()
+        self.work()
+        self._release_delayed()
+        return self.busy()
+
+    def busy(self) -> bool:
+        """Return whether the replica has work left."""
+        return bool(self.requests or self._rpcs or self._delayed) and not (self.dead or self.closed)
+
+    def shutdown(self) -> None:
+        self.closed = True
+        self.requests.clear()
+        self._rpcs.clear()
+        self._delayed.clear()
+
+    # -- for subclasses -------------------------------------------------------------------------
+
+    def plan(self, req: SimRequest) -> None:
+        """Decide the request's behaviour up front from its own generator."""
+        cfg, rng = self.config, req.rng
+        req.no_output = rng.random() < cfg.no_output
+        req.fail = rng.random() < cfg.stage_fail
+        req.abort_fails = rng.random() < cfg.abort_fail
+
+    def work(self) -> None:
+        """Advance every request by one scheduler step."""
+
+    def report(self, req: SimRequest, make: Any, *args: Any) -> None:
+        """Emit a per-request report with the request's next sequence number."""
+        self.emit(make(req.req_id, req.seq, *args))
+        req.seq += 1
+
+    def emit(self, report: rp.Report) -> None:
+        """Send ``report`` through the sink, with the configured report-stream faults."""
+        assert self._sink is not None, "bind() first"
+        cfg = self.config
+        if cfg.breaks_stream:
+            roll = self.rng.random()
+            if roll < cfg.delay:
+                self._delayed.append((self.steps + self.rng.randint(1, 3), report))
+                return
+            if roll < cfg.delay + cfg.reorder:
+                self._end_of_step.append(report)
+                return
+            if roll < cfg.delay + cfg.reorder + cfg.duplicate:
+                self._sink(report)
+        self._sink(report)
+
+    def _release_delayed(self) -> None:
+        late, self._end_of_step = self._end_of_step, []
+        due = [r for at, r in self._delayed if at <= self.steps]
+        self._delayed = [(at, r) for at, r in self._delayed if at > self.steps]
+        for report in (*late, *due):
+            assert self._sink is not None
+            self._sink(report)
+
+    def _die(self) -> bool:
+        here = (self.stage, self.replica, self.steps)
+        if self.config.engine_death == here:
+            self.dead = True
+            self.requests.clear()
+            assert self._sink is not None
+            self._sink(rp.EngineDead())
+            return True
+        if here in self.config.replica_deaths:
+            self.dead = True
+            self.requests.clear()
+            assert self._sink is not None
+            self._sink(rp.ReplicaDied())
+            return True
+        return False
+
+    def running(self) -> int:
+        """Return the slots in use (running or parked)."""
+        return sum(1 for r in self.requests.values() if r.phase in ("running", "parked", "chunk"))

@@ -1,0 +1,77 @@
+"""A simulated autoregressive stage replica: tokens step by step, vLLM-style sub-states."""
+
+from __future__ import annotations
+
+from omni_fsm import StopKind
+from omni_runtime import protocol as rp
+from omni_runtime.sim._base import SimReplica, SimRequest
+
+_S = rp.Status
+
+
+class SimAR(SimReplica):
+    """Generates 1-2 tokens per step per running request; stops on a stop token or at ``max_tokens``.
+
+    Sub-states follow upstream vLLM: a queued request may park for a grammar or remote KVs (holding
+    a slot) before it runs; a running one may be preempted (back to the queue) or wait for an
+    input chunk; a request whose prompt is 'too long' finishes from the queue with nothing generated.
+    An abort drops the request at once: its generated prefix is what it already reported.
+    """
+
+    def plan(self, req: SimRequest) -> None:
+        super().plan(req)
+        cfg, rng = self.config, req.rng
+        cap = req.stage_input.max_tokens or self.spec.max_tokens
+        req.length = rng.randint(1, cap)
+        if rng.random() < cfg.park:
+            req.park = rng.choice((_S.AWAIT_GRAMMAR, _S.AWAIT_REMOTE_KVS))
+        if rng.random() < cfg.preempt and req.length > 1:
+            req.preempt_at = rng.randint(1, req.length - 1)
+        if rng.random() < cfg.chunk_wait and req.length > 1:
+            req.chunk_at = rng.randint(1, req.length - 1)
+        if rng.random() < cfg.prompt_ignored:
+            req.phase = "ignored"
+
+    def work(self) -> None:
+        reqs = list(self.requests.values())
+        for req in reqs:  # what a parked request waited for has arrived
+            if req.phase in ("parked", "chunk"):
+                req.phase = "waiting"
+                self.report(req, rp.StatusChanged, _S.INPUT_READY)
+        used = self.running()
+        for req in reqs:
+            if req.phase == "ignored":
+                self.report(req, rp.Finished, StopKind.IGNORED)
+                del self.requests[req.req_id]
+            elif req.phase in ("waiting", "preempted") and used < self.spec.max_running:
+                used += 1
+                if req.park and req.phase == "waiting":
+                    self.report(req, rp.StatusChanged, req.park)
+                    req.park, req.phase = "", "parked"
+                else:
+                    self.report(req, rp.StatusChanged, _S.SCHEDULED)
+                    req.phase = "running"
+        for req in reqs:
+            if req.phase == "running" and req.req_id in self.requests:
+                self._generate(req)
+
+    def _generate(self, req: SimRequest) -> None:
+        if req.fail:
+            self.report(req, rp.Failed, "injected stage failure")
+            del self.requests[req.req_id]
+            return
+        if not req.no_output:
+            count = min(req.rng.randint(1, 2), req.length - req.generated)
+            tokens = tuple(req.rng.randrange(32000) for _ in range(count))
+            self.report(req, rp.Output, count, tokens)
+            req.generated += count
+        if req.no_output or req.generated >= req.length:
+            cap = req.stage_input.max_tokens or self.spec.max_tokens
+            self.report(req, rp.Finished, StopKind.LENGTH if req.generated >= cap else StopKind.STOP)
+            del self.requests[req.req_id]
+        elif req.generated >= req.preempt_at > 0:
+            req.preempt_at, req.phase = -1, "preempted"
+            self.report(req, rp.StatusChanged, _S.PREEMPTED)
+        elif req.generated >= req.chunk_at > 0:
+            req.chunk_at, req.phase = -1, "chunk"
+            self.report(req, rp.StatusChanged, _S.AWAIT_CHUNK)

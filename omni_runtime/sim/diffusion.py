@@ -1,0 +1,42 @@
+"""A simulated diffusion stage replica: denoising steps, then the whole sample."""
+
+from __future__ import annotations
+
+import zlib
+
+from omni_fsm import StopKind
+from omni_runtime import protocol as rp
+from omni_runtime.sim._base import SimReplica, SimRequest
+
+
+class SimDiffusion(SimReplica):
+    """Runs ``steps`` denoising steps per request; the finish carries the sample. An abort keeps nothing."""
+
+    def work(self) -> None:
+        reqs = list(self.requests.values())
+        used = self.running()
+        for req in reqs:
+            if req.phase == "waiting" and used < self.spec.max_running:
+                used += 1
+                self.report(req, rp.StatusChanged, rp.Status.SCHEDULED)
+                req.phase = "running"
+        for req in reqs:
+            if req.phase == "running" and req.req_id in self.requests:
+                self._denoise(req)
+
+    def _denoise(self, req: SimRequest) -> None:
+        if req.fail:
+            self.report(req, rp.Failed, "injected stage failure")
+            del self.requests[req.req_id]
+            return
+        if not req.no_output:
+            self.report(req, rp.Output, 1)
+            req.generated += 1
+        if req.no_output or req.generated >= self.spec.steps:
+            mm = req.stage_input.multimodal or {}
+            image = None
+            if not req.no_output:
+                digest = zlib.crc32(repr(sorted(mm.items())).encode())
+                image = {"image": f"{digest:08x}", "size": mm.get("size"), "cfg": len(mm.get("negative", ()))}
+            self.report(req, rp.Finished, StopKind.STOP, image)
+            del self.requests[req.req_id]

@@ -1,0 +1,55 @@
+"""A zero-cost replica: scheduled, one output and finished within one step (benchmarks)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from omni_fsm import ControlMethod, StageKind
+from omni_runtime import protocol as rp
+from omni_runtime.adapters import StageInput
+from omni_runtime.pipeline import StageSpec
+
+_SCHEDULED = rp.Status.SCHEDULED
+_TOKENS = (7,)
+
+
+class InstantReplica:
+    """Does no work: each request is scheduled, emits one output and finishes at the next step."""
+
+    def __init__(self, spec: StageSpec) -> None:
+        self._payload = _TOKENS if spec.kind is StageKind.AR else None
+        self._final = None if spec.kind is StageKind.AR else {"image": "0"}
+        self._queue: list[int] = []
+        self._sink: rp.ReportSink | None = None
+
+    def bind(self, sink: rp.ReportSink) -> None:
+        self._sink = sink
+
+    def add_request(self, req_id: int, stage_input: StageInput) -> None:
+        self._queue.append(req_id)
+
+    def abort_requests(self, abort_id: int, req_ids: Sequence[int]) -> None:
+        sink = self._sink
+        assert sink is not None
+        for req_id in req_ids:
+            if req_id in self._queue:
+                self._queue.remove(req_id)
+            sink(rp.AbortResult(abort_id, req_id, True))
+
+    def control(self, call_id: int, method: ControlMethod, level: int, tags: frozenset[str]) -> None:
+        assert self._sink is not None
+        self._sink(rp.RpcResult(call_id, True))
+
+    def step(self) -> bool:
+        queue, self._queue = self._queue, []
+        sink = self._sink
+        assert sink is not None
+        status, output, finished, payload, final = rp.StatusChanged, rp.Output, rp.Finished, self._payload, self._final
+        for req_id in queue:
+            sink(status(req_id, 0, _SCHEDULED))
+            sink(output(req_id, 1, 1, payload))
+            sink(finished(req_id, 2, payload=final))
+        return False
+
+    def shutdown(self) -> None:
+        self._queue.clear()

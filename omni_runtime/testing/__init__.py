@@ -1,0 +1,88 @@
+"""``omni_runtime.testing``: the conformance kit for stage runtimes.
+
+From Python: ``check_runtime(factory)`` runs the state machine and raises ``ConformanceError``
+naming the broken invariant. As a pytest plugin::
+
+    pytest -p omni_runtime.testing --omni-runtime=package.module:factory
+
+where ``factory(stage_spec, stage, replica, rpc_fails) -> StageRuntime`` (``rpc_fails``: its workers
+raise in every control RPC). Strategies: ``stage_specs``, ``pipelines``, ``workloads``.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from hypothesis import HealthCheck, Phase, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import run_state_machine_as_test
+
+from omni_fsm import StageKind
+from omni_runtime.pipeline import Pipeline, simple_pipeline
+from omni_runtime.testing._checker import KitViolation, RawStreamChecker
+from omni_runtime.testing._machine import ConformanceError, KitFactory, make_machine, stage_specs
+
+
+def pipelines() -> st.SearchStrategy[Pipeline]:
+    """Return a strategy for pipelines of 1-3 stages, the last a final-output stage."""
+    kinds = st.lists(st.sampled_from(list(StageKind)), min_size=1, max_size=3)
+    return kinds.flatmap(lambda ks: st.builds(
+        simple_pipeline, st.just(ks), st.tuples(*(st.booleans() for _ in ks[:-1]), st.just(True)),
+        replicas=st.integers(1, 2), max_running=st.integers(1, 4)))  # fmt: skip
+
+
+def workloads() -> st.SearchStrategy[list[tuple[int, int, int]]]:
+    """Return a strategy for requests ``(n, companions, abort at message k or 0)``."""
+    one = st.tuples(st.integers(1, 2), st.just(0), st.integers(0, 6))
+    one |= st.tuples(st.just(1), st.just(1), st.integers(0, 6))
+    return st.lists(one, min_size=1, max_size=8)
+
+
+def check_runtime(factory: KitFactory, max_examples: int = 30, shrink: bool = True) -> None:
+    """Run the conformance machine against ``factory`` (with and without worker RPC errors).
+
+    Raises ``ConformanceError`` naming the first invariant the runtime breaks.
+    """
+    phases = [Phase.explicit, Phase.reuse, Phase.generate, *([Phase.shrink] if shrink else [])]
+    for rpc_fails in (False, True):
+        machine = make_machine(factory, rpc_fails)
+        run_state_machine_as_test(machine, settings=settings(
+            max_examples=max_examples, stateful_step_count=30, deadline=None, phases=phases,
+            suppress_health_check=list(HealthCheck), database=None, report_multiple_bugs=False))  # fmt: skip
+
+
+def load_factory(spec: str) -> KitFactory:
+    """Return the factory named ``package.module:name``."""
+    module, _, name = spec.partition(":")
+    if not module or not name:
+        raise ValueError(f"--omni-runtime wants package.module:factory, got {spec!r}")
+    factory: KitFactory = getattr(importlib.import_module(module), name)
+    return factory
+
+
+def sim_factory(spec, stage, replica, rpc_fails):  # type: ignore[no-untyped-def]
+    """Return a simulated replica with every contract-legal behaviour on (the kit's reference runtime)."""
+    import attrs
+
+    from omni_runtime.sim import SimConfig, sim_replica
+
+    return sim_replica(spec, stage, replica, 7, attrs.evolve(SimConfig.legal(0.3), rpc_error=1.0 if rpc_fails else 0))
+
+
+# -- the pytest plugin ------------------------------------------------------------------------------
+
+
+def pytest_addoption(parser):  # type: ignore[no-untyped-def]
+    parser.addoption("--omni-runtime", default=None, help="check this runtime factory (package.module:factory)")
+
+
+def pytest_collection_modifyitems(session, config, items):  # type: ignore[no-untyped-def]
+    spec = config.getoption("--omni-runtime")
+    if spec:
+        from omni_runtime.testing._plugin import ConformanceItem
+
+        items.append(ConformanceItem.from_parent(session, name=f"omni-runtime-conformance[{spec}]", spec=spec))
+
+
+__all__ = ["ConformanceError", "KitViolation", "RawStreamChecker", "check_runtime", "load_factory", "make_machine",
+           "pipelines", "sim_factory", "stage_specs", "workloads"]  # fmt: skip

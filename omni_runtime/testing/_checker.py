@@ -1,0 +1,117 @@
+"""Checks of a runtime's raw report stream (what the orchestrator would tolerate and drop)."""
+
+from __future__ import annotations
+
+import attrs
+
+from omni_runtime import protocol as rp
+
+ONE_FINISH = ("ORCH-INV-101", "one_finish_per_accepted_request")
+NO_OUTPUT_AFTER_ABORT = ("ORCH-INV-209", "no_output_after_acknowledged_abort")
+TRUTHFUL_ABORT = ("ORCH-INV-202", "truthful_abort_result")
+RPC_ERRORS = ("ORCH-INV-205", "rpc_errors_propagated")
+IN_ORDER = ("IO-INV-101", "reports_in_sequence")
+
+
+@attrs.frozen
+class KitViolation:
+    """A runtime broke its protocol: which invariant, which request or call, and how."""
+
+    invariant: str
+    check: str
+    subject: int | None
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.invariant} ({self.check}) for {self.subject}: {self.message}"
+
+
+class RawStreamChecker:
+    """Records what one runtime was asked and what it reported; collects violations."""
+
+    def __init__(self) -> None:
+        self.violations: list[KitViolation] = []
+        self.accepted: set[int] = set()
+        self.finished: dict[int, int] = {}
+        self.aborted: set[int] = set()  #: acknowledged aborts
+        self.abort_refused: set[int] = set()  #: the runtime said the request keeps running
+        self.next_seq: dict[int, int] = {}
+        self.rpcs: dict[int, bool] = {}  #: call id -> the kit made a worker raise
+        self.answered: set[int] = set()
+        self.dead = False
+
+    def _fail(self, what: tuple[str, str], subject: int | None, message: str) -> None:
+        self.violations.append(KitViolation(what[0], what[1], subject, message))
+
+    # -- what the kit asked ---------------------------------------------------------------------
+
+    def added(self, req_id: int) -> None:
+        self.accepted.add(req_id)
+        self.next_seq[req_id] = 0
+
+    def rpc(self, call_id: int, worker_raises: bool) -> None:
+        self.rpcs[call_id] = worker_raises
+
+    # -- what the runtime reported -----------------------------------------------------------------
+
+    def __call__(self, report: rp.Report) -> None:
+        if isinstance(report, rp.RequestReport):
+            self._request(report)
+        elif isinstance(report, rp.AbortResult):
+            self._abort(report)
+        elif isinstance(report, rp.RpcResult):
+            self._rpc(report)
+        elif isinstance(report, (rp.ReplicaDied, rp.EngineDead)):
+            self.dead = True
+
+    def _request(self, report: rp.RequestReport) -> None:
+        rid = report.req_id
+        if rid in self.aborted:
+            self._fail(NO_OUTPUT_AFTER_ABORT, rid, f"{type(report).__name__} after the abort was acknowledged")
+            return
+        if rid in self.finished:
+            self._fail(ONE_FINISH, rid, f"{type(report).__name__} after the request finished")
+            return
+        if rid not in self.accepted:
+            self._fail(ONE_FINISH, rid, "a report about a request never accepted")
+            return
+        if report.seq != self.next_seq[rid]:
+            self._fail(IN_ORDER, rid, f"seq {report.seq}, expected {self.next_seq[rid]}")
+        self.next_seq[rid] = report.seq + 1
+        if isinstance(report, (rp.Finished, rp.Failed)):
+            self.finished[rid] = 1
+            self.abort_refused.discard(rid)
+
+    def _abort(self, report: rp.AbortResult) -> None:
+        rid = report.req_id
+        if report.ok:
+            if rid in self.accepted and rid not in self.finished:
+                self.aborted.add(rid)
+            self.abort_refused.discard(rid)
+        elif rid in self.finished or rid in self.aborted:
+            self._fail(TRUTHFUL_ABORT, rid, "abort reported failed for a request that had already ended")
+        else:
+            self.abort_refused.add(rid)
+
+    def _rpc(self, report: rp.RpcResult) -> None:
+        if report.call_id not in self.rpcs or report.call_id in self.answered:
+            self._fail(RPC_ERRORS, report.call_id, "an RPC answer for no open call (or a second one)")
+            return
+        self.answered.add(report.call_id)
+        raises = self.rpcs[report.call_id]
+        if raises and (report.ok or not report.error):
+            self._fail(RPC_ERRORS, report.call_id, "a worker raised but the RPC answered without the error")
+        if not raises and not report.ok:
+            self._fail(RPC_ERRORS, report.call_id, f"RPC failed though no worker raised: {report.error}")
+
+    def at_end(self) -> list[KitViolation]:
+        """Judge a drained runtime: every request ended once, every RPC answered; return all violations."""
+        if not self.dead:
+            for rid in sorted(self.accepted - set(self.finished) - self.aborted):
+                if rid in self.abort_refused:
+                    self._fail(TRUTHFUL_ABORT, rid, "abort reported failed, but the request never ran on to a finish")
+                else:
+                    self._fail(ONE_FINISH, rid, "accepted but never finished")
+            for call in sorted(set(self.rpcs) - self.answered):
+                self._fail(RPC_ERRORS, call, "RPC never answered")
+        return self.violations

@@ -1,0 +1,84 @@
+"""Historic bugs coming from a runtime: the orchestrator tolerates them and flags them (counted, kit)."""
+
+from __future__ import annotations
+
+import pytest
+from faulty_runtimes import DoubleFinish, OutputAfterAbort
+from helpers import demo_pipeline, monitor_for
+
+from omni_fsm import Outcome, StageKind
+from omni_runtime import Engine, Orchestrator, Prompt, simple_pipeline
+from omni_runtime import protocol as rp
+from omni_runtime.sim import SimConfig, sim_runtimes
+from omni_runtime.testing import ConformanceError, check_runtime
+
+
+def _engine(pipeline, runtimes):
+    monitor = monitor_for(pipeline)
+    return Engine(pipeline, runtimes, on_step=monitor.step), monitor
+
+
+def _wrapped(pipeline, cls):
+    return [[cls(spec, s, r, False) for r in range(spec.replicas)] for s, spec in enumerate(pipeline.stages)]
+
+
+def test_b3_report_for_a_request_that_just_ended_is_dropped():
+    """B3 (vllm#42157): a report arrives for a request that finished mid-step: dropped, counted, never fatal."""
+    orch = Orchestrator(simple_pipeline([StageKind.AR]))
+    rid, _ = orch.submit(Prompt())
+    for report in (rp.StatusChanged(rid, 0, rp.Status.SCHEDULED), rp.Finished(rid, 1)):
+        orch.report(0, 0, report)
+    assert orch.report(0, 0, rp.Output(rid, 2, 1, (5,))) == []
+    assert orch.lifecycle.counters.dropped_unknown == 1 and orch.idle()
+
+
+def test_b6_zombie_outputs_after_abort_are_dropped_and_flagged():
+    """B6 (vllm-omni#3736): outputs of an aborted (freed) request: tolerated here, flagged by the kit."""
+    pipeline = demo_pipeline()
+    engine, monitor = _engine(pipeline, _wrapped(pipeline, OutputAfterAbort))
+    rids = [engine.submit(Prompt(max_tokens=8)) for _ in range(3)]
+    engine.host.pump()
+    for rid in rids:
+        engine.abort(rid)
+    engine.run_until_idle()
+    assert all([m.finished for m in engine.outputs(r)].count(True) == 1 for r in rids)
+    assert engine.orchestrator.counters()["dropped_unknown"] > 0
+    assert monitor.finish() == [] and monitor.violations == []
+    with pytest.raises(ConformanceError, match="ORCH-INV-209"):
+        check_runtime(OutputAfterAbort, shrink=False)
+
+
+def test_b10_duplicate_completion_is_tolerated_and_flagged():
+    """B10 (vllm-omni#5983): a late duplicate completion never breaks delivery for others."""
+    pipeline = demo_pipeline()
+    engine, monitor = _engine(pipeline, _wrapped(pipeline, DoubleFinish))
+    messages = [engine.generate(Prompt()) for _ in range(4)]
+    assert all(ms[-1].finished and [m.finished for m in ms].count(True) == 1 for ms in messages)
+    assert monitor.finish() == [] and monitor.violations == []
+    with pytest.raises(ConformanceError, match="ORCH-INV-101"):
+        check_runtime(DoubleFinish, shrink=False)
+
+
+def test_b4_parked_requests_never_deadlock_admission():
+    """B4 (vllm#53130): parked requests hold slots; every admitted request still reaches a terminal."""
+    pipeline = simple_pipeline([StageKind.AR, StageKind.AR], replicas=1, max_running=1)
+    engine, monitor = _engine(pipeline, sim_runtimes(pipeline, 4, SimConfig(park=1.0, chunk_wait=1.0, preempt=1.0)))
+    results = [engine.generate(Prompt(max_tokens=4)) for _ in range(6)]
+    assert all(ms[-1].outcome is Outcome.FINISHED for ms in results)
+    assert monitor.finish() == [] and monitor.violations == []
+
+
+def test_b8_ar_abort_delivers_the_generated_prefix():
+    """B8 (vllm-omni#6367): an AR abort at a final-output stage carries the prefix the client already saw."""
+    pipeline = simple_pipeline([StageKind.AR], max_tokens=8)
+    engine, monitor = _engine(pipeline, sim_runtimes(pipeline, 9))
+    rid = engine.submit(Prompt(max_tokens=8))
+    seen = []
+    for message in engine.outputs(rid):
+        seen.append(message)
+        if len(seen) == 2 and not message.finished:
+            engine.abort(rid)
+    if seen[-1].outcome is Outcome.ABORTED:
+        streamed = tuple(t for m in seen[:-1] for t in m.data)
+        assert seen[-1].data == streamed and seen[-1].cumulative == len(streamed)
+    assert monitor.finish() == [] and monitor.violations == []

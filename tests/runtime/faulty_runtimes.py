@@ -1,0 +1,95 @@
+"""Deliberately faulty runtimes: each breaks exactly one check of the conformance kit.
+
+Each is a kit factory ``(spec, stage, replica, rpc_fails) -> runtime`` wrapping the simulator.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from omni_runtime import protocol as rp
+from omni_runtime.sim import SimConfig, sim_replica
+
+
+class _Wrapper:
+    """Forwards everything to a simulated replica; subclasses bend one behaviour."""
+
+    def __init__(self, spec, stage, replica, rpc_fails, config=None):
+        base = config or attrs.evolve(SimConfig.legal(0.2), rpc_error=1.0 if rpc_fails else 0.0)
+        self.inner = sim_replica(spec, stage, replica, 3, base)
+        self.sink = None
+
+    def bind(self, sink):
+        self.sink = sink
+        self.inner.bind(self.filter)
+
+    def filter(self, report):
+        self.sink(report)
+
+    def add_request(self, req_id, stage_input):
+        self.inner.add_request(req_id, stage_input)
+
+    def abort_requests(self, abort_id, req_ids):
+        self.inner.abort_requests(abort_id, req_ids)
+
+    def control(self, call_id, method, level, tags):
+        self.inner.control(call_id, method, level, tags)
+
+    def step(self):
+        return self.inner.step()
+
+    def shutdown(self):
+        self.inner.shutdown()
+
+
+class DoubleFinish(_Wrapper):
+    """B10-like: a completion is delivered twice."""
+
+    def filter(self, report):
+        self.sink(report)
+        if isinstance(report, rp.Finished):
+            self.sink(report)
+
+
+class OutputAfterAbort(_Wrapper):
+    """B6-like: acknowledges the abort but keeps generating (a zombie)."""
+
+    def abort_requests(self, abort_id, req_ids):
+        for req_id in req_ids:
+            self.sink(rp.AbortResult(abort_id, req_id, True))
+
+
+class LyingAbortFailure(_Wrapper):
+    """Says the physical abort failed, but the request is gone (it never finishes)."""
+
+    def abort_requests(self, abort_id, req_ids):
+        for req_id in req_ids:
+            known = req_id in self.inner.requests
+            self.inner.requests.pop(req_id, None)
+            self.sink(rp.AbortResult(abort_id, req_id, not known))
+
+
+class SwallowedRpcError(_Wrapper):
+    """B11-like: a worker raised but the RPC answers success ({'supported': False} style)."""
+
+    def filter(self, report):
+        if isinstance(report, rp.RpcResult) and not report.ok:
+            report = rp.RpcResult(report.call_id, True)
+        self.sink(report)
+
+
+class Reordering(_Wrapper):
+    """Delivers each step's reports out of order."""
+
+    def __init__(self, spec, stage, replica, rpc_fails):
+        super().__init__(spec, stage, replica, rpc_fails,
+                         attrs.evolve(SimConfig(), reorder=0.5, rpc_error=1.0 if rpc_fails else 0.0))  # fmt: skip
+
+
+FAULTY = {
+    "ORCH-INV-101": DoubleFinish,
+    "ORCH-INV-209": OutputAfterAbort,
+    "ORCH-INV-202": LyingAbortFailure,
+    "ORCH-INV-205": SwallowedRpcError,
+    "IO-INV-101": Reordering,
+}

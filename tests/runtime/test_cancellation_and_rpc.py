@@ -1,0 +1,101 @@
+"""A consumer that cancels its generate() aborts its request; an RPC worker error reaches its caller only."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+import pytest
+from helpers import demo_pipeline, monitor_for
+
+from omni_fsm import ControlMethod, Outcome
+from omni_fsm import observations as ob
+from omni_runtime import AsyncEngine, Engine, Prompt, RpcError
+from omni_runtime.sim import SimConfig, sim_runtimes
+
+
+def _recording_monitor(pipeline):
+    monitor = monitor_for(pipeline)
+    steps: list = []
+
+    def on_step(event, outputs):
+        monitor.step(event, outputs)
+        steps.append((event, outputs))
+
+    return monitor, steps, on_step
+
+
+@pytest.mark.parametrize("loop", ["event", "poll"])
+@pytest.mark.parametrize("how", ["cancel", "break"])
+def test_consumer_that_stops_early_aborts_its_request(loop, how):
+    pipeline = demo_pipeline()
+    monitor, steps, on_step = _recording_monitor(pipeline)
+
+    async def main() -> None:
+        engine = AsyncEngine(pipeline, sim_runtimes(pipeline, 5), loop=loop, on_step=on_step)
+        await engine.start()
+        first = asyncio.Event()
+
+        async def consume() -> None:
+            async with contextlib.aclosing(engine.generate(Prompt(max_tokens=8))) as stream:
+                async for _ in stream:
+                    first.set()
+                    if how == "break":
+                        break
+
+        task = asyncio.create_task(consume())
+        await first.wait()
+        if how == "cancel":
+            task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        for _ in range(200):
+            if engine.host.orchestrator.idle():
+                break
+            await asyncio.sleep(0.001)
+        await engine.shutdown()
+
+    asyncio.run(main())
+    observed = [o for _, outs in steps for o in outs]
+    assert any(isinstance(o, ob.AbortRequested) and o.rid == 0 for o in observed)
+    (terminal,) = [o for o in observed if isinstance(o, ob.Emitted) and o.finished and o.rid == 0]
+    assert terminal.outcome is Outcome.ABORTED
+    assert monitor.finish() == [] and monitor.violations == []
+
+
+def test_rpc_worker_error_reaches_its_caller_and_leaves_requests_running():
+    pipeline = demo_pipeline()
+    monitor = monitor_for(pipeline)
+    engine = Engine(pipeline, sim_runtimes(pipeline, 2, SimConfig(rpc_error=1.0)), on_step=monitor.step)
+    rids = [engine.submit(Prompt()) for _ in range(4)]
+    engine.host.pump()
+    with pytest.raises(RpcError, match="WorkerError") as info:
+        engine.control(ControlMethod.SLEEP)
+    assert info.value.method == "sleep"
+    for rid in rids:
+        assert list(engine.outputs(rid))[-1].outcome is Outcome.FINISHED
+    engine.shutdown()
+    assert monitor.finish() == [] and monitor.violations == []
+
+
+def test_async_rpc_worker_error_reaches_its_caller():
+    pipeline = demo_pipeline()
+
+    async def main() -> list:
+        engine = AsyncEngine(pipeline, sim_runtimes(pipeline, 2, SimConfig(rpc_error=1.0)))
+        await engine.start()
+        outputs = []
+
+        async def consume() -> None:
+            async for m in engine.generate(Prompt()):
+                outputs.append(m)
+
+        task = asyncio.create_task(consume())
+        with pytest.raises(RpcError, match="WorkerError"):
+            await engine.control(ControlMethod.PAUSE_SCHEDULER)
+        await task
+        await engine.shutdown()
+        return outputs
+
+    outputs = asyncio.run(main())
+    assert outputs[-1].finished and outputs[-1].outcome is Outcome.FINISHED

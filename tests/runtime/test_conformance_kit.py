@@ -1,0 +1,55 @@
+"""The conformance kit passes the simulator and fails each deliberately faulty runtime, naming the invariant."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import attrs
+import pytest
+from faulty_runtimes import FAULTY
+
+from omni_runtime.sim import SimConfig, sim_replica
+from omni_runtime.testing import ConformanceError, check_runtime, sim_factory
+
+HERE = Path(__file__).parent
+ROOT = HERE.parents[1]
+
+
+def calm_sim(spec, stage, replica, rpc_fails):
+    return sim_replica(spec, stage, replica, 1, SimConfig(rpc_error=1.0 if rpc_fails else 0.0))
+
+
+@pytest.mark.parametrize("factory", [calm_sim, sim_factory], ids=["without-faults", "with-faults"])
+def test_kit_passes_the_simulator(factory):
+    check_runtime(factory, max_examples=15)
+
+
+@pytest.mark.parametrize("invariant", sorted(FAULTY))
+def test_kit_fails_each_faulty_runtime_naming_the_invariant(invariant):
+    with pytest.raises(ConformanceError, match=invariant):
+        check_runtime(FAULTY[invariant], max_examples=40, shrink=False)
+
+
+def test_report_stream_faults_are_flagged():
+    def delaying(spec, stage, replica, rpc_fails):
+        return sim_replica(spec, stage, replica, 1, attrs.evolve(SimConfig.faulty(0.5), rpc_error=float(rpc_fails)))
+
+    with pytest.raises(ConformanceError):
+        check_runtime(delaying, max_examples=40, shrink=False)
+
+
+def _pytest(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(HERE)])}
+    return subprocess.run([sys.executable, "-m", "pytest", "-p", "omni_runtime.testing", "-q", "-p", "no:cacheprovider",
+                           "--rootdir", str(HERE), *args, str(HERE / "faulty_runtimes.py")],
+                          capture_output=True, text=True, env=env, cwd=HERE, timeout=120)  # fmt: skip
+
+
+def test_pytest_plugin_passes_the_simulator_and_fails_a_faulty_runtime():
+    ok = _pytest("--omni-runtime=omni_runtime.testing:sim_factory")
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    bad = _pytest("--omni-runtime=faulty_runtimes:SwallowedRpcError")
+    assert bad.returncode == 1 and "ORCH-INV-205" in bad.stdout, bad.stdout + bad.stderr
