@@ -159,8 +159,12 @@ class Explorer:
         self._gid: dict[Any, int] = {}
         self._fid: dict[Any, int] = {}
         self._local: dict[tuple[int, int], list[tuple[Step, int, int, tuple[Any, ...], bool]]] = {}
-        self._engine: dict[tuple[int, int, Step], tuple[int, int, tuple[Any, ...]] | None] = {}
-        self._engine_by_family: dict[tuple[int, int], list[tuple[int, int, tuple[Any, ...]] | None]] = {}
+        self._engine_by_family: dict[tuple[int, int], list[tuple[Any, int, tuple[Any, ...]] | None]] = {}
+        self._engine_alone: dict[tuple[int, Step], tuple[int, tuple[Any, ...]] | None] = {}
+        self._abstract_of: dict[int, int] = {}
+        self._aid: dict[Any, int] = {}
+        self._applied: dict[tuple[int, Any], int] = {}
+        self._local_abstract: dict[tuple[int, int], list[tuple[Step, Any, int, tuple[Any, ...], bool]]] = {}
         self._engine_steps: dict[int, list[Step]] = {}
         self._stop_kinds = tuple(StopKind) if "finish" in bound.families else ()
         self.empty_family = self._intern_family(((), ()))
@@ -233,87 +237,108 @@ class Explorer:
 
     # -- successors --------------------------------------------------------------------------------
 
+    # -- memoised steps, keyed on what a family can observe of the engine part ----------------------
+    #
+    # A family-local step reads the engine part only through its control-plane state and whether
+    # each stage's slots are all taken, and writes it only by taking or freeing slots. So steps are
+    # memoised on (abstract engine part, family) and stored as slot deltas applied to the concrete g.
+
+    def _abstract(self, gid: int) -> int:
+        aid = self._abstract_of.get(gid)
+        if aid is None:
+            (state, slots, level, tags, rpcs), (m_engine, m_slots, m_rpcs, stopped) = self.globals[gid]
+            cap = self.bound.capacity
+            key = (state, tuple(x >= cap for x in slots), level, tags, rpcs, m_engine,
+                   tuple(x >= cap for x in m_slots), m_rpcs, stopped)
+            aid = self._abstract_of[gid] = self._aid.setdefault(key, len(self._aid))
+        return aid
+
+    def _delta(self, gid: int, g2: int) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+        (e1, m1), (e2, m2) = self.globals[gid], self.globals[g2]
+        if (e1[0], *e1[2:]) != (e2[0], *e2[2:]) or (m1[0], *m1[2:]) != (m2[0], *m2[2:]):
+            return None  # not a slot-only change
+        de = tuple(b - a for a, b in zip(e1[1], e2[1], strict=True))
+        dm = tuple(b - a for a, b in zip(m1[1], m2[1], strict=True))
+        return (de, dm) if any(de) or any(dm) else ()  # type: ignore[return-value]
+
+    def _apply_delta(self, gid: int, delta: Any) -> int:
+        if not delta:
+            return gid
+        key = (gid, delta)
+        g2 = self._applied.get(key)
+        if g2 is None:
+            (eng, mg), (de, dm) = self.globals[gid], delta
+            eng2 = (eng[0], tuple(a + d for a, d in zip(eng[1], de, strict=True)), *eng[2:])
+            mg2 = (mg[0], tuple(a + d for a, d in zip(mg[1], dm, strict=True)), *mg[2:])
+            g2 = self._applied[key] = self._intern_global((eng2, mg2))
+        return g2
+
     def local(self, gid: int, fid: int) -> list[tuple[Step, int, int, tuple[Any, ...], bool]]:
         """Return the family-local steps from (g, f), rids relative: (step, g', f', violations, progress)."""
         key = (gid, fid)
         steps = self._local.get(key)
         if steps is None:
-            steps = []
-            for event in self._family_events(gid, fid):
-                got = self._run(gid, ((0, fid),), event)
-                if got is not None:
-                    steps.append((event, got[0], got[1][0], got[2], _is_progress(event)))
+            akey = (self._abstract(gid), fid)
+            abstract = self._local_abstract.get(akey)
+            if abstract is None:
+                abstract = []
+                for event in self._family_events(gid, fid):
+                    got = self._run(gid, ((0, fid),), event)
+                    if got is not None:
+                        delta = self._delta(gid, got[0])
+                        assert delta is not None, f"a family step changed the control plane: {event!r}"
+                        abstract.append((event, delta, got[1][0], got[2], _is_progress(event)))
+                self._local_abstract[akey] = abstract
+            steps = [(e, self._apply_delta(gid, d), f2, v, p) for e, d, f2, v, p in abstract]
             self._local[key] = steps
         return steps
 
-    def engine_local(self, gid: int, fid: int) -> list[tuple[int, int, tuple[Any, ...]] | None]:
-        """Return, for each engine step enabled at ``gid``, its effect on family ``fid`` (or None if refused)."""
-        key = (gid, fid)
-        got = self._engine_by_family.get(key)
+    def engine_local(self, gid: int, fid: int) -> list[tuple[Any, int, tuple[Any, ...]] | None]:
+        """Return, per engine step enabled at ``gid``, its effect on family ``fid``: (slot delta, f', violations)."""
+        akey = (self._abstract(gid), fid)
+        got = self._engine_by_family.get(akey)
         if got is None:
-            got = [self._engine_one(gid, fid, step) for step in self._engine_events(gid)]
-            self._engine_by_family[key] = got
+            got = []
+            for step in self._engine_events(gid):
+                base = self._engine_base(gid, step)
+                run = self._run(gid, ((0, fid),), step)
+                if run is None or base is None:
+                    got.append(None)
+                    continue
+                delta = self._delta(base[0], run[0])
+                assert delta is not None, f"an engine step depends on the family: {step!r}"
+                got.append((delta, run[1][0], run[2]))
+            self._engine_by_family[akey] = got
         return got
+
+    def _engine_base(self, gid: int, step: Step) -> tuple[int, tuple[Any, ...]] | None:
+        key = (gid, step)
+        if key not in self._engine_alone:
+            run = self._run(gid, (), step)
+            self._engine_alone[key] = None if run is None else (run[0], run[2])
+        return self._engine_alone[key]
 
     def engine_successors(self, state: tuple[int, ...]) -> list[tuple[Step, tuple[int, ...], tuple[Any, ...]]]:
         """Return (engine step, next state, violations) for every engine-wide step enabled in ``state``."""
         gid = state[0]
-        steps = self._engine_events(gid)
-        base = self.engine_local(gid, self.empty_family)
         per_family = [self.engine_local(gid, fid) for fid in state[1:]]
         out: list[tuple[Step, tuple[int, ...], tuple[Any, ...]]] = []
-        for k, step in enumerate(steps):
-            head = base[k]
-            if head is None:
+        for k, step in enumerate(self._engine_events(gid)):
+            base = self._engine_base(gid, step)
+            if base is None:
                 continue
-            new_gid = head[0]
+            new_gid, violations = base[0], list(base[1])
             fids: list[int] = []
-            violations: list[Any] = list(head[2])
             for results in per_family:
                 got = results[k]
-                if got is None or got[0] != new_gid:
+                if got is None:
                     break
+                new_gid = self._apply_delta(new_gid, got[0])
                 fids.append(got[1])
                 violations.extend(got[2])
             else:
-                out.append((step, (new_gid, *fids), tuple(dict.fromkeys(violations))))
-                continue
-            whole = self._engine_whole(state, step)  # not separable: run the whole state
-            if whole is not None:
-                out.append((step, whole[0], whole[1]))
+                out.append((step, (new_gid, *fids), tuple(dict.fromkeys(violations)) if violations else ()))
         return out
-
-    def engine_step(self, state: tuple[int, ...], event: Step) -> tuple[tuple[int, ...], tuple[Any, ...]] | None:
-        """Apply an engine-wide event family by family; return (next state, violations) or None."""
-        gid = state[0]
-        base = self._engine_one(gid, self.empty_family, event)
-        if base is None:
-            return None
-        new_gid = base[0]
-        fids: list[int] = []
-        violations: list[Any] = list(base[2])
-        for fid in state[1:]:
-            got = self._engine_one(gid, fid, event)
-            if got is None or got[0] != new_gid:  # not separable: run the whole state
-                return self._engine_whole(state, event)
-            fids.append(got[1])
-            violations.extend(got[2])
-        return (new_gid, *fids), tuple(dict.fromkeys(violations))
-
-    def _engine_one(self, gid: int, fid: int, event: Step) -> tuple[int, int, tuple[Any, ...]] | None:
-        key = (gid, fid, event)
-        if key in self._engine:
-            return self._engine[key]
-        got = self._run(gid, ((0, fid),), event)
-        result = None if got is None else (got[0], got[1][0], got[2])
-        self._engine[key] = result
-        return result
-
-    def _engine_whole(self, state: tuple[int, ...], event: Step) -> tuple[tuple[int, ...], tuple[Any, ...]] | None:
-        got = self._run(state[0], tuple(enumerate(state[1:])), event)
-        if got is None:
-            return None
-        return (got[0], *got[1]), got[2]
 
     def successors(self, state: tuple[int, ...]) -> Iterator[tuple[Step, tuple[int, ...], tuple[Any, ...]]]:
         """Yield (step with absolute rids, next state, violations) for every enabled step."""
@@ -323,10 +348,7 @@ class Explorer:
             head, tail = state[:i], state[i + 1 :]
             for event, g2, f2, violations, _ in self.local(gid, state[i]):
                 yield _rebase(event, (i - 1) * block), (g2, *head[1:], f2, *tail), violations
-        for event in self._engine_events(gid):
-            got = self.engine_step(state, event)
-            if got is not None:
-                yield event, got[0], got[1]
+        yield from self.engine_successors(state)
 
     def _family_events(self, gid: int, fid: int) -> list[Step]:
         b, fams = self.bound, self.bound.families

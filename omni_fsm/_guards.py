@@ -45,7 +45,7 @@ GUARDS: dict[str, Guard] = {
     "last_companion": lambda r, e, g: r.companions_left == 1,
     "companion_ok": lambda r, e, g: e.ok,
     "last_child": lambda r, e, g: r.children_left == 1,
-    "dependent": lambda r, e, g: r.role is not Role.CLIENT,
+    "cannot_resume": lambda r, e, g: r.role is not Role.CLIENT or r.worst is ReqState.FINISHED_ERROR,
     "prompt_ignored": lambda r, e, g: e.stop is StopKind.IGNORED,
     "nothing_generated": lambda r, e, g: r.tokens == 0,
     "stopped": lambda r, e, g: e.stop is StopKind.STOP,

@@ -24,7 +24,7 @@ class Record:
     companions_left: int = 0  #: CFG parent: companions not yet done
     tokens: int = 0  #: generated at the current stage (the abort prefix)
     resume: ReqState | None = None  #: the state an abort interrupted (restored if it fails)
-    worst: ReqState | None = None  #: ``n>1`` parent: the most severe child outcome so far
+    worst: ReqState | None = None  #: most severe child outcome (``n>1``); FINISHED_ERROR: a companion lost
     sample: int = 0  #: a child's sample index
 
     def snapshot(self) -> tuple[object, ...]:

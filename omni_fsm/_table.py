@@ -48,6 +48,7 @@ class Effect(enum.Enum):
     FORWARD = "forward"  #: route to the next stage (through its input adapter) and dispatch
     NOTE_CHILD = "note_child"  #: one child fewer; fold its outcome into the parent's
     NOTE_COMPANION = "note_companion"  #: one companion fewer outstanding
+    NOTE_COMPANION_LOST = "note_companion_lost"  #: a companion failed: the parent can never resume
     ACK_ABORT = "ack_abort"  #: the abort request is accepted (observable: abort requested)
     REMEMBER_RESUME = "remember_resume"  #: keep the interrupted state for a failed abort
     FOLLOW_INTERRUPTED = "follow_interrupted"  #: move the interrupted state as this table says
@@ -166,7 +167,7 @@ def request_rows() -> list[Row]:
     rows += _rows([S.STAGE_DONE], ev.CompanionEnded, S.WAITING, ("companion_ok", "last_companion"),
                   effects=(D.NOTE_COMPANION, D.FORWARD))
     rows += _rows(LIVE - {S.NEW}, ev.CompanionEnded, None, ("companion_ok",), effects=(D.NOTE_COMPANION,))
-    rows += _rows([S.ABORTING], ev.CompanionEnded, None, effects=(D.NOTE_COMPANION,))
+    rows += _rows([S.ABORTING], ev.CompanionEnded, None, effects=(D.NOTE_COMPANION, D.NOTE_COMPANION_LOST))
     rows += _rows(LIVE - {S.NEW, S.ABORTING}, ev.CompanionEnded, S.FINISHED_ERROR,
                   effects=(D.NOTE_COMPANION,))
     # parallel sampling: the parent ends once, after its last child, with the worst outcome
@@ -184,7 +185,8 @@ def request_rows() -> list[Row]:
                   effects=(D.ACK_ABORT, D.ABORT_COMPANIONS, D.COMMIT_ABORT))
     rows += _rows([S.AWAITING_CHILDREN], ev.Abort, S.ABORTING_CHILDREN, effects=(D.ACK_ABORT, D.ABORT_CHILDREN))
     rows += _rows([S.ABORTING, S.ABORTING_CHILDREN], ev.Abort, None)  # idempotent
-    rows += _rows([S.ABORTING], ev.AbortFailed, None, ("dependent",), effects=(D.SEND_ABORT,))  # parent's abort: retry
+    # a dependent (its parent's abort) or a parent whose companion was lost cannot resume: retry
+    rows += _rows([S.ABORTING], ev.AbortFailed, None, ("cannot_resume",), effects=(D.SEND_ABORT,))
     rows += _rows([S.ABORTING], ev.AbortDone, S.FINISHED_ABORTED, effects=(D.COMMIT_ABORT,))
     for interrupted in sorted(ABORTABLE_BOUND, key=lambda s: s.name):
         rows += _rows([S.ABORTING], ev.AbortFailed, interrupted, (resumes(interrupted),),

@@ -335,6 +335,7 @@ _EFFECTS: dict[Effect, Fx] = {
     Effect.NOTE_CHILD: _set(children_left=lambda r, e, s: r.children_left - 1,
                             worst=lambda r, e, s: fold_outcome(r.worst, e.outcome)),
     Effect.NOTE_COMPANION: _set(companions_left=lambda r, e, s: r.companions_left - 1),
+    Effect.NOTE_COMPANION_LOST: _set(worst=lambda r, e, s: ReqState.FINISHED_ERROR),
     Effect.ACK_ABORT: lambda lc, rec, e, s, out: out.append(ob.AbortRequested(rec.rid)),
     Effect.REMEMBER_RESUME: _set(resume=lambda r, e, s: s),
     Effect.FOLLOW_INTERRUPTED: _follow_interrupted,

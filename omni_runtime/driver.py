@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections import deque
 from collections.abc import AsyncIterator, Sequence
 
 from omni_fsm import SPEC, ControlMethod, Spec
@@ -54,11 +55,17 @@ class AsyncEngine:
         self._idle.set()
         self._work = asyncio.Event()
         if self.mode == EVENT:
-            ready: asyncio.Queue[tuple[int, int]] = asyncio.Queue()
-            self.host.notify = lambda stage, replica: ready.put_nowait((stage, replica))
+            ready: deque[tuple[int, int]] = deque()  # (stage, replica) of each buffered report, in order
+            signal = asyncio.Event()
+
+            def notify(stage: int, replica: int) -> None:
+                ready.append((stage, replica))
+                signal.set()
+
+            self.host.notify = notify
             wakes = [[asyncio.Event() for _ in r] for r in self.host.runtimes]
             self.host.wake = lambda stage, replica: wakes[stage][replica].set()
-            self._orchestrator_task = asyncio.create_task(self._event_loop(ready))
+            self._orchestrator_task = asyncio.create_task(self._event_loop(ready, signal))
             for stage, replicas in enumerate(self.host.runtimes):
                 for replica, runtime in enumerate(replicas):
                     self._tasks.append(asyncio.create_task(self._replica_loop(runtime, wakes[stage][replica])))
@@ -67,13 +74,15 @@ class AsyncEngine:
             self._orchestrator_task = asyncio.create_task(self._poll_loop())
         self._tasks.append(self._orchestrator_task)
 
-    async def _event_loop(self, ready: asyncio.Queue[tuple[int, int]]) -> None:
+    async def _event_loop(self, ready: deque[tuple[int, int]], signal: asyncio.Event) -> None:
+        take, popleft = self.host.take, ready.popleft
         while True:
-            if ready.empty():
-                self._idle.set()
-            stage, replica = await ready.get()
+            while ready:  # every buffered report, without yielding (as a non-empty queue's get would)
+                take(*popleft())
+            self._idle.set()
+            signal.clear()
+            await signal.wait()
             self._idle.clear()
-            self.host.take(stage, replica)
 
     async def _replica_loop(self, runtime: rp.StageRuntime, wake: asyncio.Event) -> None:
         while True:
@@ -137,8 +146,8 @@ class AsyncEngine:
                 self.abort_nowait(rid)
 
     def abort_nowait(self, rid: int) -> int:
-        """Ask to abort ``rid`` now; return the abort call id."""
-        return self.host.abort(rid)
+        """Ask to abort ``rid`` now, not waiting for the answer (which is not kept); return the call id."""
+        return self.host.abort(rid, keep_answer=False)
 
     async def abort(self, rid: int) -> bool:
         """Abort ``rid``; return whether it took effect (``False``: the physical abort failed)."""

@@ -35,6 +35,7 @@ class Host:
         self.listeners: dict[int, Listener] = {}
         self.abort_answers: dict[int, cmd.AbortAnswer] = {}
         self.rpc_answers: dict[int, cmd.RpcAnswer] = {}
+        self._unclaimed: set[int] = set()  #: abort calls nobody waits for: their answers are not kept
         self.engine_state = EngineState.RUNNING
         self.orchestrator_stopped = False
         self.runtimes_stopped = False
@@ -70,9 +71,11 @@ class Host:
         self.execute(out)
         return rid
 
-    def abort(self, rid: int) -> int:
-        """Ask to abort ``rid``; return the abort call id (its answer lands in ``abort_answers``)."""
+    def abort(self, rid: int, keep_answer: bool = True) -> int:
+        """Ask to abort ``rid``; return the abort call id (its answer lands in ``abort_answers`` if kept)."""
         call, out = self.orchestrator.abort(rid)
+        if not keep_answer:
+            self._unclaimed.add(call)
         self.execute(out)
         return call
 
@@ -99,10 +102,11 @@ class Host:
 
     def drain(self) -> bool:
         """Hand every buffered report to the orchestrator, polling stages in order; return whether any."""
-        moved = False
+        moved, report = False, self.orchestrator.report
         for stage, replicas in enumerate(self.buffers):
-            for replica in range(len(replicas)):
-                while self.take(stage, replica):
+            for replica, buffer in enumerate(replicas):
+                while buffer and not self.orchestrator_stopped:  # ``take``, without a call per report
+                    self.execute(report(stage, replica, buffer.popleft()))
                     moved = True
         return moved
 
@@ -126,6 +130,8 @@ class Host:
 
     def execute(self, commands: list[cmd.Command]) -> None:
         """Carry out commands in order (a listener's nested call queues behind them)."""
+        if not commands and not self._pending:  # most reports change no command: nothing to do
+            return
         self._pending.extend(commands)
         if self._executing:
             return
@@ -150,7 +156,10 @@ class Host:
             self.runtimes[c.stage][c.replica].control(c.call_id, c.method, c.level, c.tags)  # type: ignore[attr-defined]
             self.wake(c.stage, c.replica)  # type: ignore[attr-defined]
         elif kind is cmd.AbortAnswer:
-            self.abort_answers[c.call_id] = c  # type: ignore[attr-defined,assignment]
+            if c.call_id in self._unclaimed:  # type: ignore[attr-defined]
+                self._unclaimed.discard(c.call_id)  # type: ignore[attr-defined]
+            else:
+                self.abort_answers[c.call_id] = c  # type: ignore[attr-defined,assignment]
             self.answered(c)
         elif kind is cmd.RpcAnswer:
             self.rpc_answers[c.call_id] = c  # type: ignore[attr-defined,assignment]

@@ -86,6 +86,7 @@ class Orchestrator:
         self.routes: dict[int, _Route] = {}
         self.live: list[list[bool]] = [[True] * s.replicas for s in pipeline.stages]
         self._rr = [0] * len(pipeline.stages)
+        self._kinds, self._final = pipeline.kinds, pipeline.final  # properties: computed once here
         self._inputs = [INPUT_ADAPTERS[s.adapter] for s in pipeline.stages]
         self._outputs = [OUTPUT_ADAPTERS[s.kind] for s in pipeline.stages]
         self._next_rid = 0
@@ -94,6 +95,9 @@ class Orchestrator:
         self._abort_callers: dict[int, list[int]] = {}  #: rid -> abort call ids waiting
         self._rpcs: dict[int, _Rpc] = {}
         self._payload: Any = None  #: the payload of the output being handled (for partials)
+        self._keep: Any = None  #: the result to restore if the lifecycle drops the event being fed
+        self._event: ev.Event | None = None  #: the event being fed (read by the ``Dropped`` handler)
+        self._abort_batch: dict[tuple[int, int], list[int]] | None = None  #: AbortSent of one step, by replica
         self.stopped = False
 
     # -- client calls --------------------------------------------------------------------
@@ -155,30 +159,35 @@ class Orchestrator:
 
     def report(self, stage: int, replica: int, report: rp.Report) -> Commands:
         """Handle one report of ``replica`` of ``stage`` (the driver stamps both); return commands."""
-        if isinstance(report, rp.RequestReport):
-            return self._request_report(stage, replica, report)
-        if isinstance(report, rp.AbortResult):
-            pending = self._aborts.get(report.abort_id)
-            if pending is None or pending[:2] != (stage, replica) or report.req_id not in pending[2]:
-                self.stats.unknown_results += 1
-                return []
-            pending[2].discard(report.req_id)
-            if not pending[2]:
-                del self._aborts[report.abort_id]
-            return self._feed((ev.AbortDone if report.ok else ev.AbortFailed)(report.req_id, stage))
-        if isinstance(report, rp.RpcResult):
-            return self._rpc_result(report.call_id, (stage, replica), report.error if not report.ok else None)
-        if isinstance(report, rp.ReplicaDied):
-            return self._replica_died(stage, replica)
-        if isinstance(report, rp.EngineDead):
-            return self._feed(ev.EngineDied())
-        raise OmniRuntimeError(f"unknown report {report!r}")
+        kind = _KINDS.get(report.__class__)
+        if kind is not None:  # the hot path: a per-request report of a protocol class
+            return self._request_report(stage, replica, report, kind)  # type: ignore[arg-type]
+        handler = _REPORTS.get(report.__class__) or _report_handler(report.__class__)
+        return handler(self, stage, replica, report)
 
-    def _request_report(self, stage: int, replica: int, report: rp.RequestReport) -> Commands:
+    def _abort_result(self, stage: int, replica: int, report: rp.AbortResult) -> Commands:
+        pending = self._aborts.get(report.abort_id)
+        if pending is None or pending[0] != stage or pending[1] != replica or report.req_id not in pending[2]:
+            self.stats.unknown_results += 1
+            return []
+        pending[2].discard(report.req_id)
+        if not pending[2]:
+            del self._aborts[report.abort_id]
+        return self._feed((ev.AbortDone if report.ok else ev.AbortFailed)(report.req_id, stage))
+
+    def _rpc_report(self, stage: int, replica: int, report: rp.RpcResult) -> Commands:
+        return self._rpc_result(report.call_id, (stage, replica), report.error if not report.ok else None)
+
+    def _engine_dead(self, stage: int, replica: int, report: rp.EngineDead) -> Commands:
+        return self._feed(ev.EngineDied())
+
+    def _request_report(self, stage: int, replica: int, report: rp.RequestReport, kind: type | None = None) -> Commands:
+        if kind is None:
+            kind = _kind_of(report.__class__)
         rid = report.req_id
         route = self.routes.get(rid)
         if route is None or route.stage != stage:  # late: the lifecycle drops it as unknown / stale
-            return self._feed(self._event(rid, stage, report))
+            return self._feed(self._event_of(rid, stage, report, kind))
         if route.replica != replica:
             self.stats.misrouted += 1
             return []
@@ -190,42 +199,48 @@ class Orchestrator:
                     route.held = {}
                 route.held[report.seq] = report
             return []
-        out = self._in_order(rid, stage, report, route)
+        out = self._in_order(rid, stage, report, route, kind)
+        if route.held is None:  # the common case: nothing arrived early
+            return out
         while (route := self.routes.get(rid)) is not None and route.held and route.stage == stage:  # type: ignore[assignment]
             nxt = route.held.pop(route.next_seq, None)
             if nxt is None:
                 break
-            out += self._in_order(rid, stage, nxt, route)
+            out += self._in_order(rid, stage, nxt, route, _KINDS.get(nxt.__class__) or _kind_of(nxt.__class__))
         if route is not None and not route.held:
             route.held = None
         return out
 
-    def _in_order(self, rid: int, stage: int, report: rp.RequestReport, route: _Route) -> Commands:
+    def _in_order(self, rid: int, stage: int, report: rp.RequestReport, route: _Route, kind: type) -> Commands:
         route.next_seq += 1
-        before, self._payload = route.result, None
-        adapter = self._outputs[stage]
-        if isinstance(report, rp.Output):
-            route.result = adapter.accumulate(route.result, report.payload)
-            self._payload = report.payload
-        elif isinstance(report, rp.Finished):
-            route.result = adapter.finish(route.result, report.payload)
-        elif isinstance(report, rp.Failed):
-            route.error = report.error
-        out = self._feed(self._event(rid, stage, report), keep_result=before)
-        self._payload = None
-        return out
+        self._keep = route.result
+        if kind is rp.Output:
+            payload = report.payload  # type: ignore[attr-defined]
+            route.result = self._outputs[stage].accumulate(route.result, payload)
+            self._payload = payload
+            event: ev.StageEvent = ev.StageOutput(rid, stage, report.tokens)  # type: ignore[attr-defined]
+        elif kind is rp.StatusChanged:
+            event = _STATUS_EVENTS[report.status](rid, stage)  # type: ignore[attr-defined]
+        elif kind is rp.Finished:
+            route.result = self._outputs[stage].finish(route.result, report.payload)  # type: ignore[attr-defined]
+            event = ev.StageFinished(rid, stage, report.stop)  # type: ignore[attr-defined]
+        else:
+            route.error = report.error  # type: ignore[attr-defined]
+            event = ev.StageFailed(rid, stage)
+        try:
+            return self._feed(event)
+        finally:
+            self._payload = self._keep = None
 
     @staticmethod
-    def _event(rid: int, stage: int, report: rp.RequestReport) -> ev.StageEvent:
-        if isinstance(report, rp.Output):
-            return ev.StageOutput(rid, stage, report.tokens)
-        if isinstance(report, rp.Finished):
-            return ev.StageFinished(rid, stage, report.stop)
-        if isinstance(report, rp.StatusChanged):
-            return _STATUS_EVENTS[report.status](rid, stage)
-        if isinstance(report, rp.Failed):
-            return ev.StageFailed(rid, stage)
-        raise OmniRuntimeError(f"unknown request report {report!r}")
+    def _event_of(rid: int, stage: int, report: rp.RequestReport, kind: type) -> ev.StageEvent:
+        if kind is rp.Output:
+            return ev.StageOutput(rid, stage, report.tokens)  # type: ignore[attr-defined]
+        if kind is rp.Finished:
+            return ev.StageFinished(rid, stage, report.stop)  # type: ignore[attr-defined]
+        if kind is rp.StatusChanged:
+            return _STATUS_EVENTS[report.status](rid, stage)  # type: ignore[attr-defined]
+        return ev.StageFailed(rid, stage)
 
     def _rpc_result(self, call_id: int, where: tuple[int, int], error: str | None) -> Commands:
         rpc = self._rpcs.get(call_id)
@@ -261,52 +276,74 @@ class Orchestrator:
 
     # -- the lifecycle's observations, as commands ----------------------------------------------
 
-    def _feed(self, event: ev.Event, keep_result: Any = None) -> Commands:
+    def _feed(self, event: ev.Event) -> Commands:
         outputs = self.lifecycle.handle(event)
         if self.on_step is not None:
             self.on_step(event, outputs)
+        self._event = event
         out: Commands = []
-        aborts: dict[tuple[int, int], list[int]] = {}
         for o in outputs:
-            kind = o.__class__
-            if kind is ob.Emitted:
-                out.append(cmd.Deliver(self._message(o)))  # type: ignore[arg-type]
-            elif kind is ob.Dispatched:
-                out.append(self._dispatch(o))  # type: ignore[arg-type]
-            elif kind is ob.Forwarded:
-                self._forward(o)  # type: ignore[arg-type]
-            elif kind is ob.Released:
-                self._release(o.rid, out)  # type: ignore[attr-defined]
-            elif kind is ob.Submitted:
-                self._submitted(o)  # type: ignore[arg-type]
-            elif kind is ob.AbortSent:
-                route = self.routes[o.rid]  # type: ignore[attr-defined]
-                aborts.setdefault((route.stage, route.replica), []).append(o.rid)  # type: ignore[attr-defined]
-            elif kind is ob.AbortAnswered:
-                self._answer_abort(o.rid, o.ok, out)  # type: ignore[attr-defined]
-            elif kind is ob.AbortCommitted:
-                out.append(cmd.CommitAbort(o.rid))  # type: ignore[attr-defined]
-            elif kind is ob.Dropped and isinstance(event, ev.StageEvent) and o.rid == event.rid:  # type: ignore[attr-defined]
-                route = self.routes.get(event.rid)
-                if route is not None and route.stage == event.stage:  # not acted on: undo the buffer
-                    route.result = keep_result
-            elif kind is ob.RpcSent:
-                out += self._send_rpc(o)  # type: ignore[arg-type]
-            elif kind is ob.RpcAnswered:
-                self._rpcs.pop(o.call_id, None)  # type: ignore[attr-defined]
-                out.append(cmd.RpcAnswer(o.call_id, o.method, o.ok, o.error))  # type: ignore[attr-defined]
-            elif kind is ob.EngineChanged:
-                out.append(cmd.EngineChanged(o.state))  # type: ignore[attr-defined]
-            elif kind is ob.OrchestratorStopped:
-                self.stopped = True
-                out.append(cmd.StopOrchestrator())
-            elif kind is ob.RuntimesStopped:
-                out.append(cmd.StopRuntimes())
-        for (stage, replica), rids in aborts.items():
-            abort_id = self._call_id()
-            self._aborts[abort_id] = (stage, replica, set(rids))
-            out.append(cmd.AbortAt(stage, replica, abort_id, tuple(rids)))
+            handler = _OBSERVATIONS.get(o.__class__)
+            if handler is not None:  # slot bookkeeping, acknowledgements: nothing to do
+                handler(self, o, out)
+        if self._abort_batch is not None:  # one physical abort per replica per step
+            for (stage, replica), rids in self._abort_batch.items():
+                abort_id = self._call_id()
+                self._aborts[abort_id] = (stage, replica, set(rids))
+                out.append(cmd.AbortAt(stage, replica, abort_id, tuple(rids)))
+            self._abort_batch = None
         return out
+
+    def _on_emitted(self, o: ob.Emitted, out: Commands) -> None:
+        out.append(cmd.Deliver(self._message(o)))
+
+    def _on_dispatched(self, o: ob.Dispatched, out: Commands) -> None:
+        out.append(self._dispatch(o))
+
+    def _on_forwarded(self, o: ob.Forwarded, out: Commands) -> None:
+        self._forward(o)
+
+    def _on_released(self, o: ob.Released, out: Commands) -> None:
+        self._release(o.rid, out)
+
+    def _on_submitted(self, o: ob.Submitted, out: Commands) -> None:
+        self._submitted(o)
+
+    def _on_abort_sent(self, o: ob.AbortSent, out: Commands) -> None:
+        route = self.routes[o.rid]
+        if self._abort_batch is None:
+            self._abort_batch = {}
+        self._abort_batch.setdefault((route.stage, route.replica), []).append(o.rid)
+
+    def _on_abort_answered(self, o: ob.AbortAnswered, out: Commands) -> None:
+        self._answer_abort(o.rid, o.ok, out)
+
+    def _on_abort_committed(self, o: ob.AbortCommitted, out: Commands) -> None:
+        out.append(cmd.CommitAbort(o.rid))
+
+    def _on_dropped(self, o: ob.Dropped, out: Commands) -> None:
+        event = self._event
+        if isinstance(event, ev.StageEvent) and o.rid == event.rid:
+            route = self.routes.get(event.rid)
+            if route is not None and route.stage == event.stage:  # not acted on: undo the buffer
+                route.result = self._keep
+
+    def _on_rpc_sent(self, o: ob.RpcSent, out: Commands) -> None:
+        out += self._send_rpc(o)
+
+    def _on_rpc_answered(self, o: ob.RpcAnswered, out: Commands) -> None:
+        self._rpcs.pop(o.call_id, None)
+        out.append(cmd.RpcAnswer(o.call_id, o.method, o.ok, o.error))
+
+    def _on_engine_changed(self, o: ob.EngineChanged, out: Commands) -> None:
+        out.append(cmd.EngineChanged(o.state))
+
+    def _on_orchestrator_stopped(self, o: ob.OrchestratorStopped, out: Commands) -> None:
+        self.stopped = True
+        out.append(cmd.StopOrchestrator())
+
+    def _on_runtimes_stopped(self, o: ob.RuntimesStopped, out: Commands) -> None:
+        out.append(cmd.StopRuntimes())
 
     def _submitted(self, o: ob.Submitted) -> None:
         if o.role is Role.CLIENT:
@@ -335,6 +372,8 @@ class Orchestrator:
 
     def _pick_replica(self, stage: int, route: _Route) -> int:
         live = self.live[stage]
+        if len(live) == 1 and live[0]:
+            return 0
         parent = self.routes.get(route.parent) if route.parent >= 0 else None
         if parent is not None and parent.stage == stage and live[parent.replica]:
             return parent.replica  # companions and samples run next to their parent when they can
@@ -354,8 +393,8 @@ class Orchestrator:
             data = adapter.delta(self._payload)
         elif source is not None and o.outcome in (None, Outcome.FINISHED):
             data = adapter.result(source.result)
-        elif source is not None and o.outcome is Outcome.ABORTED and self.pipeline.stages[o.stage].final:
-            data = adapter.result(source.result) if self.pipeline.kinds[o.stage] is StageKind.AR else None
+        elif source is not None and o.outcome is Outcome.ABORTED and self._final[o.stage]:
+            data = adapter.result(source.result) if self._kinds[o.stage] is StageKind.AR else None
         elif o.outcome in (Outcome.FAILED, Outcome.FATAL):
             error = (source.error if source is not None else None) or o.reason
         return cmd.ClientMessage(o.rid, o.stage, data, o.finished, o.stage_final, o.outcome, o.reason, o.sample,
@@ -397,6 +436,48 @@ class Orchestrator:
     def counters(self) -> dict[str, int]:
         """Return what the lifecycle and the orchestrator dropped or failed."""
         return {**self.lifecycle.counters.as_dict(), **self.stats.as_dict()}
+
+
+_Handler = Callable[[Orchestrator, int, int, Any], Commands]
+#: report class -> handler; a subclass of a protocol report is resolved once through its MRO
+_REPORTS: dict[type, _Handler] = {
+    rp.StatusChanged: Orchestrator._request_report, rp.Output: Orchestrator._request_report,
+    rp.Finished: Orchestrator._request_report, rp.Failed: Orchestrator._request_report,
+    rp.AbortResult: Orchestrator._abort_result, rp.RpcResult: Orchestrator._rpc_report,
+    rp.ReplicaDied: lambda self, stage, replica, report: self._replica_died(stage, replica),
+    rp.EngineDead: Orchestrator._engine_dead,
+}  # fmt: skip
+#: per-request report class -> the protocol class it is (the same, or the base of a subclass)
+_KINDS: dict[type, type] = {k: k for k in (rp.StatusChanged, rp.Output, rp.Finished, rp.Failed)}
+#: observation class -> what the orchestrator does with it; absent: nothing (slots, acknowledgements)
+_OBSERVATIONS: dict[type, Callable[[Orchestrator, Any, Commands], None]] = {
+    ob.Emitted: Orchestrator._on_emitted, ob.Dispatched: Orchestrator._on_dispatched,
+    ob.Forwarded: Orchestrator._on_forwarded, ob.Released: Orchestrator._on_released,
+    ob.Submitted: Orchestrator._on_submitted, ob.AbortSent: Orchestrator._on_abort_sent,
+    ob.AbortAnswered: Orchestrator._on_abort_answered, ob.AbortCommitted: Orchestrator._on_abort_committed,
+    ob.Dropped: Orchestrator._on_dropped, ob.RpcSent: Orchestrator._on_rpc_sent,
+    ob.RpcAnswered: Orchestrator._on_rpc_answered, ob.EngineChanged: Orchestrator._on_engine_changed,
+    ob.OrchestratorStopped: Orchestrator._on_orchestrator_stopped,
+    ob.RuntimesStopped: Orchestrator._on_runtimes_stopped,
+}  # fmt: skip
+
+
+def _report_handler(cls: type) -> _Handler:
+    """Return (and cache) the handler of a report subclass, by its nearest protocol base."""
+    for base in cls.__mro__:
+        if base in _REPORTS:
+            _REPORTS[cls] = _REPORTS[base]
+            return _REPORTS[base]
+    raise OmniRuntimeError(f"unknown report type {cls.__name__}")
+
+
+def _kind_of(cls: type) -> type:
+    """Return (and cache) the protocol class of a per-request report subclass."""
+    for base in cls.__mro__:
+        if base in _KINDS:
+            _KINDS[cls] = _KINDS[base]
+            return _KINDS[base]
+    raise OmniRuntimeError(f"unknown request report type {cls.__name__}")
 
 
 def stage_names(pipeline: Pipeline) -> Sequence[str]:

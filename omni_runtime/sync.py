@@ -13,7 +13,7 @@ from omni_runtime import protocol as rp
 from omni_runtime.adapters import Prompt
 from omni_runtime.commands import ClientMessage
 from omni_runtime.errors import OmniRuntimeError, RpcError
-from omni_runtime.host import Host
+from omni_runtime.host import Host, Listener
 from omni_runtime.orchestrator import StepHook
 from omni_runtime.pipeline import Pipeline
 
@@ -36,9 +36,10 @@ class Engine:
         """Return the sans-IO orchestrator."""
         return self.host.orchestrator
 
-    def submit(self, prompt: Prompt | None = None, n: int = 1, companions: int = 0) -> int:
-        """Submit a request; return its id."""
-        return self.host.submit(prompt or Prompt(), n, companions)
+    def submit(self, prompt: Prompt | None = None, n: int = 1, companions: int = 0,
+               listener: Listener | None = None) -> int:  # fmt: skip
+        """Submit a request; return its id. ``listener`` gets each message as it comes (else ``outputs``)."""
+        return self.host.submit(prompt or Prompt(), n, companions, listener)
 
     def outputs(self, rid: int) -> Iterator[ClientMessage]:
         """Yield the request's messages in order, the terminal last (pumping the runtimes as needed)."""
@@ -54,7 +55,7 @@ class Engine:
                     return
         finally:
             if not (box and box[-1].finished) and rid in self.host.orchestrator.routes:
-                self.host.abort(rid)  # the consumer stopped early: abort its request
+                self.host.abort(rid, keep_answer=False)  # the consumer stopped early: abort its request
             self.host.mailboxes.pop(rid, None)
 
     def generate(self, prompt: Prompt | None = None, n: int = 1, companions: int = 0) -> list[ClientMessage]:
@@ -74,6 +75,10 @@ class Engine:
         answer = self.host.rpc_answers.pop(call)
         if not answer.ok:
             raise RpcError(method.value, answer.error or "unknown error")
+
+    def abort_nowait(self, rid: int) -> int:
+        """Ask to abort ``rid`` without pumping (safe from a listener); return the call id (answer not kept)."""
+        return self.host.abort(rid, keep_answer=False)
 
     def run_until_idle(self) -> None:
         """Pump until no runtime has work and no report is buffered."""

@@ -141,6 +141,7 @@ class View:
     abort_requested: bool = False
     abort_sent: int = -1  #: stage a physical abort was sent to (-1: none pending)
     abort_ok: bool = False
+    committed: bool = False  #: its abort was committed: it is over, whatever it is told later
     slot: int = -1  #: stage whose slot it holds
     released: bool = False
     while_sleeping: bool = False  #: submitted while the engine slept
@@ -150,7 +151,7 @@ class View:
         return (self.role, self.parent, self.children, self.open_children, self.companions,
                 self.companions_done, self.stage, self.forwarded_to, self.finished_at, self.generated,
                 self.status, self.last_emit_stage, self.sample_stages, self.terminals, self.abort_requested,
-                self.abort_sent, self.abort_ok, self.slot, self.released, self.while_sleeping)
+                self.abort_sent, self.abort_ok, self.committed, self.slot, self.released, self.while_sleeping)
 
     def settle(self) -> None:
         """Forget what no rule reads once the request's state is dropped (bounded memory)."""
@@ -352,7 +353,7 @@ def _on_dispatched(m: Monitor, o: ob.Dispatched) -> None:
     view = m._view(o.rid)
     if view is None:
         return
-    if view.released or view.terminals:
+    if view.released or view.terminals or view.committed:
         m._fail(NO_WORK_AFTER_TERMINAL, o.rid, f"dispatched to stage {o.stage} after its terminal")
     if o.stage > 0 and view.forwarded_to != o.stage:
         m._fail(THROUGH_ADAPTER, o.rid, f"reached stage {o.stage} without a forward through its adapter")
@@ -367,7 +368,7 @@ def _on_forwarded(m: Monitor, o: ob.Forwarded) -> None:
     view = m._view(o.rid)
     if view is None:
         return
-    if view.released or view.terminals:
+    if view.released or view.terminals or view.committed:
         m._fail(NO_WORK_AFTER_TERMINAL, o.rid, f"forwarded to stage {o.dst} after its terminal")
     if view.finished_at != o.src:
         m._fail(ROUTE_AFTER_FINISH, o.rid, f"forwarded from stage {o.src} before that stage finished it")
@@ -449,6 +450,7 @@ def _on_abort_committed(m: Monitor, o: ob.AbortCommitted) -> None:
         m._fail(COMMIT_AFTER_PHYSICAL, o.rid, f"committed before the physical abort at stage {view.abort_sent}")
     elif view.abort_sent < 0 and view.stage >= 0 and view.finished_at != view.stage:
         m._fail(COMMIT_AFTER_PHYSICAL, o.rid, f"committed with no physical abort at its stage {view.stage}")
+    view.committed = True
 
 
 def _on_abort_answered(m: Monitor, o: ob.AbortAnswered) -> None:
@@ -464,7 +466,7 @@ def _on_slot_taken(m: Monitor, o: ob.SlotTaken) -> None:
     view = m._view(o.rid)
     if view is None:
         return
-    if view.released or view.terminals:
+    if view.released or view.terminals or view.committed:
         m._fail(NO_WORK_AFTER_TERMINAL, o.rid, "scheduled again after its terminal")
     if view.slot >= 0 or o.stage != view.stage:
         m._fail(SLOTS, o.rid, f"took a slot at stage {o.stage} (holds {view.slot}, dispatched to {view.stage})")

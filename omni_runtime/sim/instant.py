@@ -19,21 +19,22 @@ class InstantReplica:
     def __init__(self, spec: StageSpec) -> None:
         self._payload = _TOKENS if spec.kind is StageKind.AR else None
         self._final = None if spec.kind is StageKind.AR else {"image": "0"}
-        self._queue: list[int] = []
+        self._queue: dict[int, None] = {}  #: accepted request ids, in order (a dict: O(1) aborts)
         self._sink: rp.ReportSink | None = None
+        self.accepted = 0  #: requests accepted so far (a benchmark's hops)
 
     def bind(self, sink: rp.ReportSink) -> None:
         self._sink = sink
 
     def add_request(self, req_id: int, stage_input: StageInput) -> None:
-        self._queue.append(req_id)
+        self._queue[req_id] = None
+        self.accepted += 1
 
     def abort_requests(self, abort_id: int, req_ids: Sequence[int]) -> None:
         sink = self._sink
         assert sink is not None
         for req_id in req_ids:
-            if req_id in self._queue:
-                self._queue.remove(req_id)
+            self._queue.pop(req_id, None)
             sink(rp.AbortResult(abort_id, req_id, True))
 
     def control(self, call_id: int, method: ControlMethod, level: int, tags: frozenset[str]) -> None:
@@ -41,7 +42,7 @@ class InstantReplica:
         self._sink(rp.RpcResult(call_id, True))
 
     def step(self) -> bool:
-        queue, self._queue = self._queue, []
+        queue, self._queue = self._queue, {}
         sink = self._sink
         assert sink is not None
         status, output, finished, payload, final = rp.StatusChanged, rp.Output, rp.Finished, self._payload, self._final

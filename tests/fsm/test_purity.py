@@ -1,0 +1,49 @@
+"""The formal core stays pure: light to import, no threads, no asyncio, no I/O in its core modules."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[2] / "omni_fsm"
+#: The shell around the core (command line, trace reader and writer, diagrams, registry files).
+SHELL = {"cli.py", "explore.py", "tracecheck.py", "trace.py", "diagram.py", "traceability.py", "registry.py"}
+PURE = sorted(p for p in PACKAGE.rglob("*.py") if p.name not in SHELL)
+FORBIDDEN_MODULES = {"threading", "asyncio", "concurrent", "multiprocessing", "_thread", "queue", "socket",
+                     "subprocess", "selectors", "torch", "vllm", "diffusers", "omni_runtime"}
+FORBIDDEN_CALLS = {"open", "print", "input"}
+
+
+def test_import_loads_no_runtime_or_heavy_module() -> None:
+    code = ("import sys, omni_fsm; bad = sorted(m for m in sys.modules if m.split('.')[0] in "
+            "('torch', 'vllm', 'diffusers', 'asyncio', 'omni_runtime') or m.startswith('transitions.extensions')); "
+            "print(','.join(bad))")
+    out = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == ""
+
+
+def test_cli_and_diagrams_are_imported_lazily() -> None:
+    lazy = "'omni_fsm.cli', 'omni_fsm.diagram', 'omni_fsm.reference', 'omni_fsm.tracecheck', 'omni_fsm.explore'"
+    code = f"import sys, omni_fsm; print(','.join(m for m in ({lazy}, 'transitions') if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == ""
+
+
+@pytest.mark.parametrize("path", PURE, ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_pure_module_uses_no_thread_async_or_io_primitive(path: Path) -> None:
+    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [a.name for a in node.names if a.name.split(".")[0] in FORBIDDEN_MODULES]
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in FORBIDDEN_MODULES:
+            found.append(node.module or "")
+        elif isinstance(node, (ast.AsyncFunctionDef, ast.Await, ast.AsyncFor, ast.AsyncWith)):
+            found.append(f"async construct at line {node.lineno}")
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in FORBIDDEN_CALLS:
+            found.append(f"{node.func.id}() at line {node.lineno}")
+    assert found == []
