@@ -20,6 +20,7 @@ setup: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/omni-run examples/pipeline.toml --trace out/demo.trace.jsonl
 	$(BIN)/omni-fsm check out/demo.trace.jsonl
+	$(BIN)/omni-fsm explore --requests 2 --families all --out out
 	$(BIN)/omni-fsm explore --out out
 
 test: $(STAMP)

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TextIO
 
 from omni_fsm import events as ev
-from omni_fsm._explorer import FAMILIES, Bound, Counterexample, Report, explore
+from omni_fsm._explorer import DEFAULT_FAMILIES, FAMILIES, Bound, Counterexample, Report, explore
 from omni_fsm._vocab import StageKind
 from omni_fsm.core import Lifecycle
 from omni_fsm.errors import LifecycleError
@@ -30,8 +30,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--companions", type=int, default=d.companions, help="CFG companions per request")
     parser.add_argument("--capacity", type=int, default=d.capacity, help="running slots per stage")
     parser.add_argument("--max-tokens", type=int, default=d.max_tokens, help="outputs per request and stage")
-    parser.add_argument("--families", default=",".join(FAMILIES),
-                        help="event families to include (default: all): " + ",".join(FAMILIES))
+    parser.add_argument("--families", default=",".join(sorted(DEFAULT_FAMILIES)),
+                        help="event families to include, or 'all' (default: all but abort_race): "
+                        + ",".join(FAMILIES))
     parser.add_argument("--without", default="", help="event families to leave out, comma-separated")
     parser.add_argument("--symmetry", action="store_true",
                         help="treat requests as interchangeable: faster, safety only (no liveness)")
@@ -41,7 +42,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def bound_from_args(args: argparse.Namespace) -> Bound:
     """Return the ``Bound`` the options describe; ``ValueError`` names a bad option."""
-    families = {f for f in args.families.split(",") if f} - {f for f in args.without.split(",") if f}
+    named = {f for f in args.families.split(",") if f}
+    families = (set(FAMILIES) if "all" in named else named) - {f for f in args.without.split(",") if f}
     unknown = families - set(FAMILIES)
     if unknown:
         raise ValueError(f"unknown event families: {', '.join(sorted(unknown))}")

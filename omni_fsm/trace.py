@@ -449,6 +449,7 @@ class TraceWriter:
 
     def __init__(self, target: IO[str] | str | os.PathLike[str]) -> None:
         if isinstance(target, (str, os.PathLike)):
+            os.makedirs(os.path.dirname(os.fspath(target)) or ".", exist_ok=True)
             self._stream: IO[str] = open(target, "w", encoding="utf-8")  # noqa: SIM115 - closed by close()
             self._owned = True
         else:
