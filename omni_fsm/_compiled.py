@@ -1,7 +1,14 @@
-"""The compiled fast path: the table as a dict of tuples, for hot loops."""
+"""The compiled fast path: the table turned into one small Python function per
+``(state, event type)``, for hot loops.
+
+Each function tests its rows' guards in table order and returns the first row that matches,
+exactly what the ``transitions`` reference does (a property test holds the two together). The
+functions are generated from the rows, so nothing is typed twice.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from omni_fsm._guards import GUARDS, Guard, check_guard_names
@@ -9,7 +16,32 @@ from omni_fsm._record import Engine
 from omni_fsm._table import Row
 
 _Entry = tuple[tuple[Guard, ...], tuple[Guard, ...], Row]
+_Selector = Callable[[Any, Any, Engine], Row | None]
 _id = id
+
+
+def _selector(entries: tuple[_Entry, ...]) -> _Selector:
+    """Generate ``select(subject, event, engine)`` for one (state, event type)'s rows."""
+    names: dict[str, Any] = {}
+    lines = ["def select(s, e, g):"]
+    for i, (when, unless, row) in enumerate(entries):
+        names[f"row{i}"] = row
+        tests = []
+        for j, guard in enumerate(when):
+            names[f"w{i}_{j}"] = guard
+            tests.append(f"w{i}_{j}(s, e, g)")
+        for j, guard in enumerate(unless):
+            names[f"u{i}_{j}"] = guard
+            tests.append(f"not u{i}_{j}(s, e, g)")
+        if not tests:
+            lines.append(f"    return row{i}")
+            break
+        lines.append(f"    if {' and '.join(tests)}:\n        return row{i}")
+    else:
+        lines.append("    return None")
+    exec("\n".join(lines), names)  # generated from the table's own rows, nothing else
+    selector: _Selector = names["select"]
+    return selector
 
 
 class CompiledTable:
@@ -24,12 +56,11 @@ class CompiledTable:
             entry = (tuple(GUARDS[g] for g in row.when), tuple(GUARDS[g] for g in row.unless), row)
             lookup.setdefault((row.source, row.event), []).append(entry)
         self.lookup: dict[tuple[Any, type], tuple[_Entry, ...]] = {k: tuple(v) for k, v in lookup.items()}
-        # The same entries as ``event type -> id(state) -> entries``: an Enum member hashes through
-        # a Python-level ``__hash__`` (the slowest part of a tuple key); states are singletons, and
-        # the rows keep them alive, so their identity is as good a key as their equality.
-        index: dict[type, dict[int, tuple[_Entry, ...]]] = {}
+        # ``event type -> id(state) -> selector``: an Enum member hashes through a Python-level
+        # ``__hash__``; states are singletons kept alive by the rows, so identity is as good a key.
+        index: dict[type, dict[int, _Selector]] = {}
         for (state, event), entries in self.lookup.items():
-            index.setdefault(event, {})[_id(state)] = entries
+            index.setdefault(event, {})[_id(state)] = _selector(entries)
         self._index = index
 
     def select(self, subject: Any, event: Any, engine: Engine) -> Row | None:
@@ -37,39 +68,18 @@ class CompiledTable:
         by_state = self._index.get(event.__class__)
         if by_state is None:
             return None
-        entries = by_state.get(_id(subject.state))
-        if entries is None:
-            return None
-        for when, unless, row in entries:
-            for guard in when:
-                if not guard(subject, event, engine):
-                    break
-            else:
-                for guard in unless:
-                    if guard(subject, event, engine):
-                        break
-                else:
-                    return row
-        return None
+        selector = by_state.get(_id(subject.state))
+        return None if selector is None else selector(subject, event, engine)
 
     def fire(self, subject: Any, event: Any, engine: Engine) -> Row | None:
         """Select the row and move ``subject`` to its target; ``None`` (no change) if none."""
-        # ``select`` inlined: one call fewer on the hottest path of the core.
         by_state = self._index.get(event.__class__)
         if by_state is None:
             return None
-        entries = by_state.get(_id(subject.state))
-        if entries is None:
+        selector = by_state.get(_id(subject.state))
+        if selector is None:
             return None
-        for when, unless, row in entries:
-            for guard in when:
-                if not guard(subject, event, engine):
-                    break
-            else:
-                for guard in unless:
-                    if guard(subject, event, engine):
-                        break
-                else:
-                    subject.state = row.target
-                    return row
-        return None
+        row = selector(subject, event, engine)
+        if row is not None:
+            subject.state = row.target
+        return row
