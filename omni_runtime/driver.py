@@ -75,10 +75,14 @@ class AsyncEngine:
         self._tasks.append(self._orchestrator_task)
 
     async def _event_loop(self, ready: deque[tuple[int, int]], signal: asyncio.Event) -> None:
-        take, popleft = self.host.take, ready.popleft
+        host, popleft = self.host, ready.popleft
+        buffers, report, execute = host.buffers, host.orchestrator.report, host.execute
         while True:
             while ready:  # every buffered report, without yielding (as a non-empty queue's get would)
-                take(*popleft())
+                stage, replica = popleft()
+                buffer = buffers[stage][replica]
+                if buffer and not host.orchestrator_stopped:  # ``Host.take``, inlined
+                    execute(report(stage, replica, buffer.popleft()))
             self._idle.set()
             signal.clear()
             await signal.wait()
