@@ -9,7 +9,13 @@ from __future__ import annotations
 import enum
 
 
-class ReqState(enum.Enum):
+class _FastEnum(enum.Enum):
+    """An Enum hashed by identity (members are singletons): a C-level hash on the hot path."""
+
+    __hash__ = object.__hash__
+
+
+class ReqState(_FastEnum):
     """Where one request (or one internal child / companion of it) stands.
 
     The AR sub-states mirror vLLM 0.32's ``RequestStatus`` (plus vLLM-Omni's wait for an input
@@ -68,7 +74,7 @@ HOLDS_SLOT: frozenset[ReqState] = PARKED | {ReqState.RUNNING}
 BOUND: frozenset[ReqState] = HOLDS_SLOT | {ReqState.WAITING, ReqState.PREEMPTED}
 
 
-class FinishReason(enum.Enum):
+class FinishReason(_FastEnum):
     """The client-visible finish reasons (vLLM's ``FinishReason`` strings)."""
 
     STOP = "stop"
@@ -78,7 +84,7 @@ class FinishReason(enum.Enum):
     ERROR = "error"
 
 
-class Outcome(enum.Enum):
+class Outcome(_FastEnum):
     """The closed set of client-visible terminal outcomes."""
 
     FINISHED = "finished"
@@ -110,7 +116,7 @@ SEVERITY: dict[ReqState, int] = {
 }
 
 
-class StopKind(enum.Enum):
+class StopKind(_FastEnum):
     """How a stage reports that it finished a request normally."""
 
     STOP = "stop"
@@ -119,7 +125,7 @@ class StopKind(enum.Enum):
     IGNORED = "ignored"  #: prompt too long: nothing generated
 
 
-class Role(enum.Enum):
+class Role(_FastEnum):
     """Who a tracked record is: only ``CLIENT`` records are ever seen by the client."""
 
     CLIENT = "client"
@@ -127,12 +133,12 @@ class Role(enum.Enum):
     COMPANION = "companion"  #: a CFG companion of a parent
 
 
-class StageKind(enum.Enum):
+class StageKind(_FastEnum):
     AR = "ar"
     DIFFUSION = "diffusion"
 
 
-class EngineState(enum.Enum):
+class EngineState(_FastEnum):
     """The engine's control plane."""
 
     RUNNING = "running"
@@ -148,7 +154,7 @@ class EngineState(enum.Enum):
 ENGINE_TERMINAL: frozenset[EngineState] = frozenset({EngineState.DEAD, EngineState.STOPPED})
 
 
-class ControlMethod(enum.Enum):
+class ControlMethod(_FastEnum):
     SLEEP = "sleep"
     WAKE_UP = "wake_up"
     PAUSE_SCHEDULER = "pause_scheduler"

@@ -33,6 +33,7 @@ from omni_fsm.errors import InternalError, LifecycleError
 _STOP_REASON = {StopKind.STOP: "stop", StopKind.LENGTH: "length", StopKind.REPETITION: "repetition",
                 StopKind.IGNORED: "length"}
 Out = list[ob.Observation]
+_id = id
 
 
 class Counters:
@@ -74,6 +75,9 @@ class Lifecycle:
         self.engine_table = CompiledTable(spec.engine_rows)
         self.records: dict[int, Record] = {}
         self.counters = Counters()
+        # per row (by identity): its effect functions, and whether it enters a terminal state
+        self._plans = {_id(r): (tuple(_EFFECTS[e] for e in r.effects), r.target in TERMINAL) for r in spec.rows}
+        self._on_terminal = tuple(_EFFECTS[e] for e in spec.on_terminal)
         self._queue: deque[ev.Event] = deque()
 
     # -- queries -------------------------------------------------------------------------
@@ -149,8 +153,9 @@ class Lifecycle:
         return rec
 
     def _fire(self, rec: Record, event: ev.RequestEvent, out: Out) -> Row:
-        eng = self.engine
-        held, held_stage = self.holds_slot(rec), rec.stage
+        eng, holders = self.engine, self.spec.holds_slot
+        held_stage = rec.stage
+        held = (rec.resume if rec.state is ReqState.ABORTING else rec.state) in holders
         row = self.table.select(rec, event, eng)
         if row is None:
             if event.ORIGIN == ev.CLIENT:
@@ -162,18 +167,19 @@ class Lifecycle:
             return self._fire(rec, ev.StageFailed(rec.rid, rec.stage), out)
         source = rec.state
         rec.state = row.target  # type: ignore[assignment]
-        for effect in row.effects:
-            _EFFECTS[effect](self, rec, event, source, out)
-        holds = self.holds_slot(rec)
+        effects, terminal = self._plans[_id(row)]
+        for effect in effects:
+            effect(self, rec, event, source, out)
+        holds = (rec.resume if rec.state is ReqState.ABORTING else rec.state) in holders
         if held and not (holds and rec.stage == held_stage):
             eng.slots_used[held_stage] -= 1
             out.append(ob.SlotFreed(rec.rid, held_stage))
         if holds and not (held and rec.stage == held_stage):
             eng.slots_used[rec.stage] += 1
             out.append(ob.SlotTaken(rec.rid, rec.stage))
-        if rec.state in TERMINAL:
-            for effect in self.spec.on_terminal:
-                _EFFECTS[effect](self, rec, event, source, out)
+        if terminal:
+            for effect in self._on_terminal:
+                effect(self, rec, event, source, out)
         return row
 
     def _spawn(self, parent: Record, role: Role, count: int, out: Out) -> None:
