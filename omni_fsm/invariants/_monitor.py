@@ -153,6 +153,11 @@ class View:
                 self.status, self.last_emit_stage, self.sample_stages, self.terminals, self.abort_requested,
                 self.abort_sent, self.abort_ok, self.committed, self.slot, self.released, self.while_sleeping)
 
+    @property
+    def over(self) -> bool:
+        """Return whether the request is over for the client (terminal, committed abort, or dropped)."""
+        return self.released or self.terminals > 0 or self.committed
+
     def settle(self) -> None:
         """Forget what no rule reads once the request's state is dropped (bounded memory)."""
         keep = (self.role, self.parent, self.terminals)
@@ -353,7 +358,7 @@ def _on_dispatched(m: Monitor, o: ob.Dispatched) -> None:
     view = m._view(o.rid)
     if view is None:
         return
-    if view.released or view.terminals or view.committed:
+    if view.over:
         m._fail(NO_WORK_AFTER_TERMINAL, o.rid, f"dispatched to stage {o.stage} after its terminal")
     if o.stage > 0 and view.forwarded_to != o.stage:
         m._fail(THROUGH_ADAPTER, o.rid, f"reached stage {o.stage} without a forward through its adapter")
@@ -368,7 +373,7 @@ def _on_forwarded(m: Monitor, o: ob.Forwarded) -> None:
     view = m._view(o.rid)
     if view is None:
         return
-    if view.released or view.terminals or view.committed:
+    if view.over:
         m._fail(NO_WORK_AFTER_TERMINAL, o.rid, f"forwarded to stage {o.dst} after its terminal")
     if view.finished_at != o.src:
         m._fail(ROUTE_AFTER_FINISH, o.rid, f"forwarded from stage {o.src} before that stage finished it")
@@ -466,7 +471,7 @@ def _on_slot_taken(m: Monitor, o: ob.SlotTaken) -> None:
     view = m._view(o.rid)
     if view is None:
         return
-    if view.released or view.terminals or view.committed:
+    if view.over:
         m._fail(NO_WORK_AFTER_TERMINAL, o.rid, "scheduled again after its terminal")
     if view.slot >= 0 or o.stage != view.stage:
         m._fail(SLOTS, o.rid, f"took a slot at stage {o.stage} (holds {view.slot}, dispatched to {view.stage})")
