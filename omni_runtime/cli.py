@@ -64,6 +64,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OmniRuntimeError as exc:
         print(f"omni-run: {exc}", file=sys.stderr)
         return 2
+    except OSError as exc:  # the trace file could not be written
+        print(f"omni-run: {args.trace}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
     print(render(report, args.trace))
     return 1 if report.violations else 0
 
@@ -71,7 +74,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _progress_bar(total: int):  # type: ignore[no-untyped-def]
     width = 40
 
+    on_terminal = sys.stderr.isatty()
+    quarters = {max(1, total * k // 4) for k in range(1, 5)}
+
     def show(done: int) -> None:
+        if not on_terminal:  # a log, not a screen: a line per quarter
+            if done in quarters:
+                print(f"progress: {done}/{total} requests", file=sys.stderr, flush=True)
+            return
         filled = width * done // max(total, 1)
         end = "\n" if done >= total else ""
         print(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total}", end=end, file=sys.stderr, flush=True)
