@@ -30,13 +30,13 @@ import attrs
 
 from omni_fsm import events as ev
 from omni_fsm._guards import resumes
-from omni_fsm._vocab import BOUND, HOLDS_SLOT, LIVE, PARKED, TERMINAL, EngineState, ReqState, _FastEnum
+from omni_fsm._vocab import BOUND, HOLDS_SLOT, LIVE, PARKED, TERMINAL, EngineState, IdentityHashedEnum, ReqState
 
 S = ReqState
 E = EngineState
 
 
-class Effect(_FastEnum):
+class Effect(IdentityHashedEnum):
     """The closed set of things a transition can ask for besides changing state."""
 
     DISPATCH = "dispatch"  #: send the request to its current stage

@@ -9,13 +9,13 @@ from __future__ import annotations
 import enum
 
 
-class _FastEnum(enum.Enum):
+class IdentityHashedEnum(enum.Enum):
     """An Enum hashed by identity (members are singletons): a C-level hash on the hot path."""
 
     __hash__ = object.__hash__
 
 
-class ReqState(_FastEnum):
+class ReqState(IdentityHashedEnum):
     """Where one request (or one internal child / companion of it) stands.
 
     The AR sub-states mirror vLLM 0.32's ``RequestStatus`` (plus vLLM-Omni's wait for an input
@@ -74,7 +74,7 @@ HOLDS_SLOT: frozenset[ReqState] = PARKED | {ReqState.RUNNING}
 BOUND: frozenset[ReqState] = HOLDS_SLOT | {ReqState.WAITING, ReqState.PREEMPTED}
 
 
-class FinishReason(_FastEnum):
+class FinishReason(IdentityHashedEnum):
     """The client-visible finish reasons (vLLM's ``FinishReason`` strings)."""
 
     STOP = "stop"
@@ -84,7 +84,7 @@ class FinishReason(_FastEnum):
     ERROR = "error"
 
 
-class Outcome(_FastEnum):
+class Outcome(IdentityHashedEnum):
     """The closed set of client-visible terminal outcomes."""
 
     FINISHED = "finished"
@@ -116,7 +116,7 @@ SEVERITY: dict[ReqState, int] = {
 }
 
 
-class StopKind(_FastEnum):
+class StopKind(IdentityHashedEnum):
     """How a stage reports that it finished a request normally."""
 
     STOP = "stop"
@@ -125,7 +125,7 @@ class StopKind(_FastEnum):
     IGNORED = "ignored"  #: prompt too long: nothing generated
 
 
-class Role(_FastEnum):
+class Role(IdentityHashedEnum):
     """Who a tracked record is: only ``CLIENT`` records are ever seen by the client."""
 
     CLIENT = "client"
@@ -133,12 +133,12 @@ class Role(_FastEnum):
     COMPANION = "companion"  #: a CFG companion of a parent
 
 
-class StageKind(_FastEnum):
+class StageKind(IdentityHashedEnum):
     AR = "ar"
     DIFFUSION = "diffusion"
 
 
-class EngineState(_FastEnum):
+class EngineState(IdentityHashedEnum):
     """The engine's control plane."""
 
     RUNNING = "running"
@@ -154,7 +154,7 @@ class EngineState(_FastEnum):
 ENGINE_TERMINAL: frozenset[EngineState] = frozenset({EngineState.DEAD, EngineState.STOPPED})
 
 
-class ControlMethod(_FastEnum):
+class ControlMethod(IdentityHashedEnum):
     SLEEP = "sleep"
     WAKE_UP = "wake_up"
     PAUSE_SCHEDULER = "pause_scheduler"
