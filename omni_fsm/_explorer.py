@@ -16,15 +16,15 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import attrs
 
 from omni_fsm import events as ev
 from omni_fsm._record import Record
-from omni_fsm._table import SPEC, Spec
-from omni_fsm._vocab import ControlMethod, ReqState, StageKind, StopKind
+from omni_fsm._table import SPEC, STAGE_LIVE, Spec
+from omni_fsm._vocab import LIVE, ControlMethod, ReqState, StageKind, StopKind
 from omni_fsm.core import Lifecycle
 from omni_fsm.errors import LifecycleError
 from omni_fsm.invariants import Monitor
@@ -340,16 +340,6 @@ class Explorer:
                 out.append((step, (new_gid, *fids), tuple(dict.fromkeys(violations)) if violations else ()))
         return out
 
-    def successors(self, state: tuple[int, ...]) -> Iterator[tuple[Step, tuple[int, ...], tuple[Any, ...]]]:
-        """Yield (step with absolute rids, next state, violations) for every enabled step."""
-        gid = state[0]
-        block = self.bound.block
-        for i in range(1, len(state)):
-            head, tail = state[:i], state[i + 1 :]
-            for event, g2, f2, violations, _ in self.local(gid, state[i]):
-                yield _rebase(event, (i - 1) * block), (g2, *head[1:], f2, *tail), violations
-        yield from self.engine_successors(state)
-
     def _family_events(self, gid: int, fid: int) -> list[Step]:
         b, fams = self.bound, self.bound.families
         recs, views = self.families[fid]
@@ -436,8 +426,8 @@ class Explorer:
         return tuple((v.invariant, v.message) for v in self.mon.finish())
 
 
-_UNBOUND = frozenset({ReqState.AWAITING_CHILDREN, ReqState.ABORTING_CHILDREN, ReqState.PENDING,
-                      ReqState.STAGE_DONE})
+#: Live states not bound to a stage: only the client can act on them (the rest is internal).
+_UNBOUND = LIVE - STAGE_LIVE - {ReqState.NEW}
 _ABORT_RESULTS = (ev.AbortDone, ev.AbortFailed)
 
 

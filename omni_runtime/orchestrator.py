@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from omni_fsm import SPEC, ControlMethod, LifecycleError, Outcome, Role, Spec, StageKind
+from omni_fsm import SPEC, ControlMethod, LifecycleError, Outcome, Role, Spec
 from omni_fsm import events as ev
 from omni_fsm import observations as ob
 from omni_fsm.core import Lifecycle
@@ -391,10 +391,9 @@ class Orchestrator:
         error = None
         if not o.finished and not o.stage_final:
             data = adapter.delta(self._payload)
-        elif source is not None and o.outcome in (None, Outcome.FINISHED):
+        elif source is not None and (o.outcome in (None, Outcome.FINISHED)
+                                     or (o.outcome is Outcome.ABORTED and o.cumulative)):  # the core sized the prefix
             data = adapter.result(source.result)
-        elif source is not None and o.outcome is Outcome.ABORTED and self._final[o.stage]:
-            data = adapter.result(source.result) if self._kinds[o.stage] is StageKind.AR else None
         elif o.outcome in (Outcome.FAILED, Outcome.FATAL):
             error = (source.error if source is not None else None) or o.reason
         return cmd.ClientMessage(o.rid, o.stage, data, o.finished, o.stage_final, o.outcome, o.reason, o.sample,
@@ -462,22 +461,25 @@ _OBSERVATIONS: dict[type, Callable[[Orchestrator, Any, Commands], None]] = {
 }  # fmt: skip
 
 
-def _report_handler(cls: type) -> _Handler:
-    """Return (and cache) the handler of a report subclass, by its nearest protocol base."""
+def _by_nearest_base(table: dict[type, Any], cls: type, what: str) -> Any:
+    """Return (and cache in ``table``) the entry of ``cls``'s nearest base that ``table`` has."""
     for base in cls.__mro__:
-        if base in _REPORTS:
-            _REPORTS[cls] = _REPORTS[base]
-            return _REPORTS[base]
-    raise OmniRuntimeError(f"unknown report type {cls.__name__}")
+        if base in table:
+            table[cls] = table[base]
+            return table[base]
+    raise OmniRuntimeError(f"unknown {what} type {cls.__name__}")
+
+
+def _report_handler(cls: type) -> _Handler:
+    """Return the handler of a report subclass, by its nearest protocol base."""
+    handler: _Handler = _by_nearest_base(_REPORTS, cls, "report")
+    return handler
 
 
 def _kind_of(cls: type) -> type:
-    """Return (and cache) the protocol class of a per-request report subclass."""
-    for base in cls.__mro__:
-        if base in _KINDS:
-            _KINDS[cls] = _KINDS[base]
-            return _KINDS[base]
-    raise OmniRuntimeError(f"unknown request report type {cls.__name__}")
+    """Return the protocol class of a per-request report subclass."""
+    kind: type = _by_nearest_base(_KINDS, cls, "request report")
+    return kind
 
 
 def stage_names(pipeline: Pipeline) -> Sequence[str]:
