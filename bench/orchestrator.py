@@ -7,7 +7,8 @@ happens (an aborted request makes only the hops it really made), and ``lifecycle
 the core's time spent in ``omni_fsm.core.Lifecycle.handle`` (measured in separate runs).
 
 - core: events in, commands out; each dispatch is answered at once (scheduled, one output,
-  finished), and an aborted request is aborted while at stage 1.
+  finished: reports built before the clock starts, as a runtime would have built them), and an
+  aborted request is aborted while at stage 1.
 - driver: ``AsyncEngine`` (event-driven loop) over ``InstantReplica`` runtimes; an aborted
   request is aborted right after its submission, as a client would.
 
@@ -47,36 +48,53 @@ Run = tuple[float, int, int, int]  #: (seconds, hops, lost, duplicated)
 
 
 def core_run(requests: int, abort_rate: float, orch: Orchestrator | None = None) -> Run:
-    """Run the core alone: events in, commands out."""
+    """Run the core alone: events in, commands out.
+
+    The runtime reports (the events in) are built before the clock starts, as a runtime would
+    have built them; the abort results, whose ids the core assigns, are built in the loop.
+    """
     orch = orch or Orchestrator(PIPELINE)
     rng = random.Random(0)
+    aborted = {rid for rid in range(requests) if rng.random() < abort_rate}
+    inputs = _reports(requests, aborted)
     terminals: dict[int, int] = {}
-    report, scheduled = orch.report, rp.Status.SCHEDULED
-    status, output, finished, abort_result = rp.StatusChanged, rp.Output, rp.Finished, rp.AbortResult
+    report, submit, abort, abort_result = orch.report, orch.submit, orch.abort, rp.AbortResult
     dispatch, abort_at, deliver = cmd.Dispatch, cmd.AbortAt, cmd.Deliver
     hops = 0
     start = time.perf_counter()
     for _ in range(requests):
-        rid, todo = orch.submit(PROMPT)
-        aborted = rng.random() < abort_rate
+        rid, todo = submit(PROMPT)
         while todo:
             c = todo.pop()
             kind = c.__class__
             if kind is dispatch:
                 hops += 1
                 s = c.stage  # type: ignore[attr-defined]
-                todo += report(s, 0, status(rid, 0, scheduled))
-                todo += report(s, 0, output(rid, 1, 1, _PAYLOADS[s]))
-                if aborted and s == _ABORT_STAGE:
-                    todo += orch.abort(rid)[1]
-                else:
-                    todo += report(s, 0, finished(rid, 2))
+                for r in inputs[rid][s]:
+                    todo += report(s, 0, r)
+                if s == _ABORT_STAGE and rid in aborted:
+                    todo += abort(rid)[1]
             elif kind is abort_at:
                 todo += report(c.stage, 0, abort_result(c.abort_id, rid, True))  # type: ignore[attr-defined]
             elif kind is deliver and c.message.finished:  # type: ignore[attr-defined]
                 terminals[rid] = terminals.get(rid, 0) + 1
     elapsed = time.perf_counter() - start
     return elapsed, hops, requests - len(terminals), sum(v - 1 for v in terminals.values())
+
+
+def _reports(requests: int, aborted: set[int]) -> list[list[tuple[rp.Report, ...]]]:
+    """Return each request's reports per stage: scheduled, one output, finished (none if aborted there)."""
+    scheduled = rp.Status.SCHEDULED
+    inputs = []
+    for rid in range(requests):
+        per_stage = []
+        for s in range(STAGES):
+            made: tuple[rp.Report, ...] = (rp.StatusChanged(rid, 0, scheduled), rp.Output(rid, 1, 1, _PAYLOADS[s]))
+            if not (s == _ABORT_STAGE and rid in aborted):
+                made += (rp.Finished(rid, 2),)
+            per_stage.append(made)
+        inputs.append(per_stage)
+    return inputs
 
 
 def lifecycle_share(requests: int, abort_rate: float) -> float:

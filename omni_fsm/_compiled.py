@@ -11,41 +11,34 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from omni_fsm._guards import GUARDS, Guard, check_guard_names
+from omni_fsm._guards import NAMESPACE, check_guard_names, inlined
 from omni_fsm._record import Engine
 from omni_fsm._table import Row
 
-_Entry = tuple[tuple[Guard, ...], tuple[Guard, ...], Row]
+_Entry = tuple[tuple[str, ...], tuple[str, ...], Row]
 _Selector = Callable[[Any, Any, Engine], Row | None]
-_id = id
 
 
 def _selector(entries: tuple[_Entry, ...]) -> _Selector:
-    """Generate ``select(subject, event, engine)`` for one (state, event type)'s rows."""
-    names: dict[str, Any] = {}
-    lines = ["def select(s, e, g):"]
+    """Generate ``select(r, e, g)`` for one (state, event type)'s rows, guard expressions inlined."""
+    names: dict[str, Any] = dict(NAMESPACE)
+    lines = ["def select(r, e, g):"]
     for i, (when, unless, row) in enumerate(entries):
         names[f"row{i}"] = row
-        tests = []
-        for j, guard in enumerate(when):
-            names[f"w{i}_{j}"] = guard
-            tests.append(f"w{i}_{j}(s, e, g)")
-        for j, guard in enumerate(unless):
-            names[f"u{i}_{j}"] = guard
-            tests.append(f"not u{i}_{j}(s, e, g)")
+        tests = [f"({inlined(g)})" for g in when] + [f"not ({inlined(g)})" for g in unless]
         if not tests:
             lines.append(f"    return row{i}")
             break
         lines.append(f"    if {' and '.join(tests)}:\n        return row{i}")
     else:
         lines.append("    return None")
-    exec("\n".join(lines), names)  # generated from the table's own rows, nothing else
+    exec("\n".join(lines), names)  # generated from the table's own rows and guards, nothing else
     selector: _Selector = names["select"]
     return selector
 
 
 class CompiledTable:
-    """``(state, event type) -> rows in match order``, guards resolved to functions."""
+    """``(state, event type) -> rows in match order``, one generated selector each (guards inlined)."""
 
     __slots__ = ("_index", "lookup")
 
@@ -53,14 +46,13 @@ class CompiledTable:
         check_guard_names({g for r in rows for g in (*r.when, *r.unless)})
         lookup: dict[tuple[Any, type], list[_Entry]] = {}
         for row in rows:
-            entry = (tuple(GUARDS[g] for g in row.when), tuple(GUARDS[g] for g in row.unless), row)
+            entry = (row.when, row.unless, row)
             lookup.setdefault((row.source, row.event), []).append(entry)
         self.lookup: dict[tuple[Any, type], tuple[_Entry, ...]] = {k: tuple(v) for k, v in lookup.items()}
-        # ``event type -> id(state) -> selector``: an Enum member hashes through a Python-level
-        # ``__hash__``; states are singletons kept alive by the rows, so identity is as good a key.
-        index: dict[type, dict[int, _Selector]] = {}
+        # ``event type -> state -> selector`` (states hash by identity, in C: see ``IdentityHashedEnum``)
+        index: dict[type, dict[Any, _Selector]] = {}
         for (state, event), entries in self.lookup.items():
-            index.setdefault(event, {})[_id(state)] = _selector(entries)
+            index.setdefault(event, {})[state] = _selector(entries)
         self._index = index
 
     def select(self, subject: Any, event: Any, engine: Engine) -> Row | None:
@@ -68,7 +60,7 @@ class CompiledTable:
         by_state = self._index.get(event.__class__)
         if by_state is None:
             return None
-        selector = by_state.get(_id(subject.state))
+        selector = by_state.get(subject.state)
         return None if selector is None else selector(subject, event, engine)
 
     def fire(self, subject: Any, event: Any, engine: Engine) -> Row | None:
@@ -76,7 +68,7 @@ class CompiledTable:
         by_state = self._index.get(event.__class__)
         if by_state is None:
             return None
-        selector = by_state.get(_id(subject.state))
+        selector = by_state.get(subject.state)
         if selector is None:
             return None
         row = selector(subject, event, engine)

@@ -6,6 +6,7 @@ keys, so a row reads as ``(state, event type, guard) -> next state, effects``.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -32,50 +33,67 @@ def _wakes_all(tags: frozenset[str], sleeping: frozenset[str]) -> bool:
     return not tags or "*" in tags or tags >= sleeping
 
 
-GUARDS: dict[str, Guard] = {
-    "engine_running": lambda r, e, g: g.state is EngineState.RUNNING,
-    "engine_paused": lambda r, e, g: g.state is EngineState.PAUSED,
-    "engine_sleeping": lambda r, e, g: g.state is EngineState.SLEEPING,
-    "parallel_parent": lambda r, e, g: r.children_left > 0,
-    "slot_free": lambda r, e, g: g.slots_used[r.stage] < g.capacity,
-    "ar_stage": lambda r, e, g: g.kinds[r.stage] is StageKind.AR,
-    "last_stage": lambda r, e, g: r.stage >= r.last_stage,
-    "final_output_stage": lambda r, e, g: g.final[r.stage] and r.role is not Role.COMPANION,
-    "companions_pending": lambda r, e, g: r.companions_left > 0,
-    "last_companion": lambda r, e, g: r.companions_left == 1,
-    "companion_ok": lambda r, e, g: e.ok,
-    "last_child": lambda r, e, g: r.children_left == 1,
-    "cannot_resume": lambda r, e, g: r.role is not Role.CLIENT or r.worst is ReqState.FINISHED_ERROR,
-    "prompt_ignored": lambda r, e, g: e.stop is StopKind.IGNORED,
-    "nothing_generated": lambda r, e, g: r.tokens == 0,
-    "stopped": lambda r, e, g: e.stop is StopKind.STOP,
-    "length_capped": lambda r, e, g: e.stop is StopKind.LENGTH,
-    "repetition": lambda r, e, g: e.stop is StopKind.REPETITION,
-    "wakes_every_tag": lambda r, e, g: _wakes_all(g.pending_rpcs[e.call_id][2], g.sleep_tags),
+#: guard name -> a Python expression over ``r`` (the record), ``e`` (the event) and ``g`` (the
+#: engine), evaluated in ``NAMESPACE``. The compiled selectors inline these expressions; ``GUARDS``
+#: holds the same expressions as functions (the reference machine's conditions).
+GUARD_SOURCES: dict[str, str] = {
+    "engine_running": "g.state is EngineState.RUNNING",
+    "engine_paused": "g.state is EngineState.PAUSED",
+    "engine_sleeping": "g.state is EngineState.SLEEPING",
+    "parallel_parent": "r.children_left > 0",
+    "slot_free": "g.slots_used[r.stage] < g.capacity",
+    "ar_stage": "g.kinds[r.stage] is StageKind.AR",
+    "last_stage": "r.stage >= r.last_stage",
+    "final_output_stage": "g.final[r.stage] and r.role is not Role.COMPANION",
+    "companions_pending": "r.companions_left > 0",
+    "last_companion": "r.companions_left == 1",
+    "companion_ok": "e.ok",
+    "last_child": "r.children_left == 1",
+    "cannot_resume": "r.role is not Role.CLIENT or r.worst is ReqState.FINISHED_ERROR",
+    "prompt_ignored": "e.stop is StopKind.IGNORED",
+    "nothing_generated": "r.tokens == 0",
+    "stopped": "e.stop is StopKind.STOP",
+    "length_capped": "e.stop is StopKind.LENGTH",
+    "repetition": "e.stop is StopKind.REPETITION",
+    "wakes_every_tag": "_wakes_all(g.pending_rpcs[e.call_id][2], g.sleep_tags)",
 }
-def _folds_to(state: ReqState) -> Guard:
-    return lambda r, e, g: fold_outcome(r.worst, e.outcome) is state
-
-
-def _rpc_is(method: ControlMethod) -> Guard:
-    return lambda r, e, g: _pending_method(e, g) is method
-
-
-def _resumes(state: ReqState) -> Guard:
-    return lambda r, e, g: r.resume is state
-
-
 for _state in TERMINAL:
-    GUARDS[f"children_fold_to_{_state.name.lower()}"] = _folds_to(_state)
+    _fold = f"fold_outcome(r.worst, e.outcome) is ReqState.{_state.name}"
+    GUARD_SOURCES[f"children_fold_to_{_state.name.lower()}"] = _fold
 for _method in ControlMethod:
-    GUARDS[f"rpc_is_{_method.value}"] = _rpc_is(_method)
+    GUARD_SOURCES[f"rpc_is_{_method.value}"] = f"_pending_method(e, g) is ControlMethod.{_method.name}"
+#: what the expressions may name
+NAMESPACE: dict[str, Any] = {
+    "EngineState": EngineState, "StageKind": StageKind, "Role": Role, "ReqState": ReqState, "StopKind": StopKind,
+    "ControlMethod": ControlMethod, "fold_outcome": fold_outcome, "_pending_method": _pending_method,
+    "_wakes_all": _wakes_all,
+}  # fmt: skip
+
+
+_MEMBER = re.compile(r"\b(EngineState|StageKind|Role|ReqState|StopKind|ControlMethod)\.([A-Z_]+)\b")
+for _enum in (EngineState, StageKind, Role, ReqState, StopKind, ControlMethod):
+    NAMESPACE.update({f"{_enum.__name__}_{m.name}": m for m in _enum})
+
+
+def inlined(name: str) -> str:
+    """Return guard ``name``'s expression with enum members as plain names of ``NAMESPACE`` (fewer lookups)."""
+    return _MEMBER.sub(r"\1_\2", GUARD_SOURCES[name])
+
+
+def _compile(name: str) -> Guard:
+    guard: Guard = eval(f"lambda r, e, g: {inlined(name)}", NAMESPACE)  # the expressions above, nothing else
+    return guard
+
+
+GUARDS: dict[str, Guard] = {name: _compile(name) for name in GUARD_SOURCES}
 
 
 def resumes(state: ReqState) -> str:
     """Return the name of the guard 'the interrupted abort resumes ``state``'."""
     name = f"abort_resumes_{state.name.lower()}"
     if name not in GUARDS:
-        GUARDS[name] = _resumes(state)
+        GUARD_SOURCES[name] = f"r.resume is ReqState.{state.name}"
+        GUARDS[name] = _compile(name)
     return name
 
 
@@ -86,4 +104,5 @@ def check_guard_names(names: set[str]) -> None:
             raise KeyError(f"unknown guard {name!r}")
 
 
-__all__ = ["GUARDS", "Guard", "Record", "check_guard_names", "fold_outcome", "resumes"]
+__all__ = ["GUARDS", "GUARD_SOURCES", "NAMESPACE", "Guard", "Record", "check_guard_names", "fold_outcome", "inlined",
+           "resumes"]  # fmt: skip

@@ -75,8 +75,9 @@ class Lifecycle:
         self.engine_table = CompiledTable(spec.engine_rows)
         self.records: dict[int, Record] = {}
         self.counters = Counters()
-        # per row (by identity): its effect functions, and whether it enters a terminal state
-        self._plans = {_id(r): (tuple(_EFFECTS[e] for e in r.effects), r.target in TERMINAL) for r in spec.rows}
+        # per row (by identity): its effect functions, whether it enters a terminal state, and
+        # whether the record holds a slot before and after (``None``: an abort decides, at run time)
+        self._plans = {_id(r): _plan(r, spec.holds_slot) for r in spec.rows}
         self._on_terminal = tuple(_EFFECTS[e] for e in spec.on_terminal)
         self._queue: deque[ev.Event] = deque()
 
@@ -102,10 +103,11 @@ class Lifecycle:
         """
         out: Out = []
         if isinstance(event, ev.RequestEvent):
-            self._request(event, out, top=True)
+            self._request(event, out, True)
         else:
             self._engine(event, out)
-        self._drain(out)
+        if self._queue:
+            self._drain(out)
         return out
 
     def _drain(self, out: Out) -> None:
@@ -153,10 +155,7 @@ class Lifecycle:
         return rec
 
     def _fire(self, rec: Record, event: ev.RequestEvent, out: Out) -> Row:
-        eng, holders = self.engine, self.spec.holds_slot
-        held_stage = rec.stage
-        held = (rec.resume if rec.state is ReqState.ABORTING else rec.state) in holders
-        row = self.table.select(rec, event, eng)
+        row = self.table.select(rec, event, self.engine)
         if row is None:
             if event.ORIGIN == ev.CLIENT:
                 raise LifecycleError(rec.rid, rec.state, event)
@@ -165,18 +164,23 @@ class Lifecycle:
             self.counters.failed_illegal += 1
             out.append(ob.Rejected(rec.rid, type(event).__name__))
             return self._fire(rec, ev.StageFailed(rec.rid, rec.stage), out)
-        source = rec.state
+        effects, terminal, held, holds = self._plans[_id(row)]
+        source, held_stage = rec.state, rec.stage
+        if held is None:  # an abort is involved: slots follow the state it interrupted
+            held = (rec.resume if source is ReqState.ABORTING else source) in self.spec.holds_slot
         rec.state = row.target  # type: ignore[assignment]
-        effects, terminal = self._plans[_id(row)]
         for effect in effects:
             effect(self, rec, event, source, out)
-        holds = (rec.resume if rec.state is ReqState.ABORTING else rec.state) in holders
-        if held and not (holds and rec.stage == held_stage):
-            eng.slots_used[held_stage] -= 1
-            out.append(ob.SlotFreed(rec.rid, held_stage))
-        if holds and not (held and rec.stage == held_stage):
-            eng.slots_used[rec.stage] += 1
-            out.append(ob.SlotTaken(rec.rid, rec.stage))
+        if holds is None:
+            holds = (rec.resume if rec.state is ReqState.ABORTING else rec.state) in self.spec.holds_slot
+        if held or holds:
+            moved = rec.stage != held_stage
+            if held and (moved or not holds):
+                self.engine.slots_used[held_stage] -= 1
+                out.append(ob.SlotFreed(rec.rid, held_stage))
+            if holds and (moved or not held):
+                self.engine.slots_used[rec.stage] += 1
+                out.append(ob.SlotTaken(rec.rid, rec.stage))
         if terminal:
             for effect in self._on_terminal:
                 effect(self, rec, event, source, out)
@@ -236,6 +240,14 @@ class Lifecycle:
             rec = Record(rid)
             rec.load(rsnap)
             self.records[rid] = rec
+
+
+def _plan(row: Row, holds_slot: frozenset[ReqState]) -> tuple[tuple[Fx, ...], bool, bool | None, bool | None]:
+    """Return a row's effect functions, whether it ends the request, and the slot held before and after."""
+    def slot(state: Any) -> bool | None:
+        return None if state is ReqState.ABORTING else state in holds_slot
+
+    return tuple(_EFFECTS[e] for e in row.effects), row.target in TERMINAL, slot(row.source), slot(row.target)
 
 
 # -- effects: what each Effect does (the table says when) --------------------------------------
@@ -317,6 +329,10 @@ def _release(lc: Lifecycle, rec: Record, event: Any, source: ReqState, out: Out)
     out.append(ob.Released(rec.rid))
 
 
+def _accumulate(lc: Lifecycle, rec: Record, event: Any, source: ReqState, out: Out) -> None:
+    rec.tokens += event.tokens
+
+
 def _set(**fields: Callable[[Record, Any, ReqState], Any]) -> Fx:
     def effect(lc: Lifecycle, rec: Record, event: Any, source: ReqState, out: Out) -> None:
         for name, value in fields.items():
@@ -334,7 +350,7 @@ _EFFECTS: dict[Effect, Fx] = {
     Effect.SPAWN_CHILDREN: lambda lc, rec, e, s, out: lc._spawn(rec, Role.CHILD, rec.fanout, out),
     Effect.SPAWN_COMPANIONS: lambda lc, rec, e, s, out: lc._spawn(rec, Role.COMPANION, rec.companions_left, out)
     if rec.role is Role.CLIENT else None,
-    Effect.ACCUMULATE: _set(tokens=lambda r, e, s: r.tokens + e.tokens),
+    Effect.ACCUMULATE: _accumulate,
     Effect.EMIT_PARTIAL: _emit_partial,
     Effect.EMIT_STAGE_FINAL: _emit_stage_final,
     Effect.FORWARD: _forward,

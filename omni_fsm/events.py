@@ -16,6 +16,7 @@ from typing import ClassVar
 
 import attrs
 
+from omni_fsm._frozen import direct_inits
 from omni_fsm._vocab import ControlMethod, ReqState, StopKind
 
 CLIENT = "client"
@@ -219,3 +220,6 @@ REQUEST_EVENTS: tuple[type[RequestEvent], ...] = (
     AbortFailed, Admit, ChildEnded, CompanionEnded, EngineFailed, ShutdownAbort,
 )
 ENGINE_EVENTS: tuple[type[Event], ...] = (Control, RpcDone, RpcFailed, EngineDied, Shutdown)
+
+
+direct_inits(Event)  # hot loops make events by the thousand: fields stored directly

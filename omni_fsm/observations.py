@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import attrs
 
+from omni_fsm._frozen import direct_inits
 from omni_fsm._vocab import ControlMethod, EngineState, Outcome, Role
 
 
@@ -159,3 +160,6 @@ class OrchestratorStopped(Observation):
 @attrs.frozen
 class RuntimesStopped(Observation):
     pass
+
+
+direct_inits(Observation)

@@ -14,6 +14,7 @@ from typing import Any
 import attrs
 
 from omni_fsm import StageKind
+from omni_fsm._frozen import direct_inits
 
 
 @attrs.frozen
@@ -34,6 +35,8 @@ class StageInput:
     multimodal: Mapping[str, Any] | None = None
     max_tokens: int | None = None
 
+
+direct_inits(StageInput)
 
 InputAdapter = Callable[[Prompt, Any, tuple[Any, ...]], StageInput]
 

@@ -8,6 +8,7 @@ from typing import Any
 import attrs
 
 from omni_fsm import ControlMethod, EngineState, Outcome
+from omni_fsm._frozen import direct_inits
 from omni_runtime.adapters import StageInput
 
 
@@ -118,3 +119,7 @@ class StopOrchestrator(Command):
 @attrs.frozen(slots=True)
 class StopRuntimes(Command):
     """Shut every runtime down (always after ``StopOrchestrator``)."""
+
+
+direct_inits(Command)
+direct_inits(ClientMessage)

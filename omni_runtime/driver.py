@@ -60,7 +60,8 @@ class AsyncEngine:
 
             def notify(stage: int, replica: int) -> None:
                 ready.append((stage, replica))
-                signal.set()
+                if len(ready) == 1:  # the first report since the loop drained: wake it (once)
+                    signal.set()
 
             self.host.notify = notify
             wakes = [[asyncio.Event() for _ in r] for r in self.host.runtimes]
@@ -82,7 +83,9 @@ class AsyncEngine:
                 stage, replica = popleft()
                 buffer = buffers[stage][replica]
                 if buffer and not host.orchestrator_stopped:  # ``Host.take``, inlined
-                    execute(report(stage, replica, buffer.popleft()))
+                    commands = report(stage, replica, buffer.popleft())
+                    if commands or host.pending:
+                        execute(commands)
             self._idle.set()
             signal.clear()
             await signal.wait()

@@ -44,7 +44,7 @@ class Host:
         self.wake: Callable[[int, int], None] = lambda stage, replica: None  #: a runtime was given work
         self.answered: Callable[[cmd.Command], None] = lambda answer: None
         self.stop_runtimes: Callable[[], None] = self.shutdown_runtimes
-        self._pending: deque[cmd.Command] = deque()
+        self.pending: deque[cmd.Command] = deque()
         self._executing = False
         for stage, replicas in enumerate(self.runtimes):
             for replica, runtime in enumerate(replicas):
@@ -130,15 +130,15 @@ class Host:
 
     def execute(self, commands: list[cmd.Command]) -> None:
         """Carry out commands in order (a listener's nested call queues behind them)."""
-        if not commands and not self._pending:  # most reports change no command: nothing to do
+        if not commands and not self.pending:  # most reports change no command: nothing to do
             return
-        self._pending.extend(commands)
+        self.pending.extend(commands)
         if self._executing:
             return
         self._executing = True
         try:
-            while self._pending:
-                self._do(self._pending.popleft())
+            while self.pending:
+                self._do(self.pending.popleft())
         finally:
             self._executing = False
 

@@ -160,10 +160,16 @@ class Orchestrator:
     def report(self, stage: int, replica: int, report: rp.Report) -> Commands:
         """Handle one report of ``replica`` of ``stage`` (the driver stamps both); return commands."""
         kind = _KINDS.get(report.__class__)
-        if kind is not None:  # the hot path: a per-request report of a protocol class
+        if kind is None:
+            handler = _REPORTS.get(report.__class__) or _report_handler(report.__class__)
+            return handler(self, stage, replica, report)
+        # the hot path: a per-request report of a protocol class, in order, from its replica
+        rid = report.req_id  # type: ignore[attr-defined]
+        route = self.routes.get(rid)
+        if (route is None or route.stage != stage or route.replica != replica or route.held is not None
+                or report.seq != route.next_seq):  # type: ignore[attr-defined]
             return self._request_report(stage, replica, report, kind)  # type: ignore[arg-type]
-        handler = _REPORTS.get(report.__class__) or _report_handler(report.__class__)
-        return handler(self, stage, replica, report)
+        return self._in_order(rid, stage, report, route, kind)
 
     def _abort_result(self, stage: int, replica: int, report: rp.AbortResult) -> Commands:
         pending = self._aborts.get(report.abort_id)
@@ -227,10 +233,9 @@ class Orchestrator:
         else:
             route.error = report.error  # type: ignore[attr-defined]
             event = ev.StageFailed(rid, stage)
-        try:
-            return self._feed(event)
-        finally:
-            self._payload = self._keep = None
+        out = self._feed(event)  # a runtime report never raises a LifecycleError: nothing to undo
+        self._payload = self._keep = None
+        return out
 
     @staticmethod
     def _event_of(rid: int, stage: int, report: rp.RequestReport, kind: type) -> ev.StageEvent:
@@ -282,8 +287,9 @@ class Orchestrator:
             self.on_step(event, outputs)
         self._event = event
         out: Commands = []
+        handlers = _OBSERVATIONS
         for o in outputs:
-            handler = _OBSERVATIONS.get(o.__class__)
+            handler = handlers.get(o.__class__)
             if handler is not None:  # slot bookkeeping, acknowledgements: nothing to do
                 handler(self, o, out)
         if self._abort_batch is not None:  # one physical abort per replica per step
@@ -296,12 +302,6 @@ class Orchestrator:
 
     def _on_emitted(self, o: ob.Emitted, out: Commands) -> None:
         out.append(cmd.Deliver(self._message(o)))
-
-    def _on_dispatched(self, o: ob.Dispatched, out: Commands) -> None:
-        out.append(self._dispatch(o))
-
-    def _on_forwarded(self, o: ob.Forwarded, out: Commands) -> None:
-        self._forward(o)
 
     def _on_released(self, o: ob.Released, out: Commands) -> None:
         self._release(o.rid, out)
@@ -352,28 +352,26 @@ class Orchestrator:
         companion = o.role is Role.COMPANION
         self.routes[o.rid] = _Route(companion_input(parent) if companion else parent, o.parent, companion)
 
-    def _forward(self, o: ob.Forwarded) -> None:
+    def _forward(self, o: ob.Forwarded, out: Commands) -> None:
         route = self.routes[o.rid]
         companions = route.companions
         if route.parent >= 0 and route.parent in self.routes:  # an n>1 sample uses its parent's companions
             companions = self.routes[route.parent].companions
         route.result = self._inputs[o.dst](route.prompt, route.result, companions)  # the next stage's input
 
-    def _dispatch(self, o: ob.Dispatched) -> cmd.Command:
+    def _dispatch(self, o: ob.Dispatched, out: Commands) -> None:
         route = self.routes[o.rid]
-        if o.stage == 0:
-            stage_input = self._inputs[0](route.prompt, None, ())
-            src = -1
-        else:
-            stage_input, src = route.result, o.stage - 1
-        route.stage, route.replica = o.stage, self._pick_replica(o.stage, route)
-        route.result, route.next_seq, route.held = None, 0, None
-        return cmd.Dispatch(o.rid, o.stage, route.replica, stage_input, src)
+        stage = o.stage
+        stage_input = self._inputs[0](route.prompt, None, ()) if stage == 0 else route.result
+        live = self.live[stage]
+        route.stage = stage
+        route.replica = 0 if len(live) == 1 and live[0] else self._pick_replica(stage, route)
+        route.result = route.held = None
+        route.next_seq = 0
+        out.append(cmd.Dispatch(o.rid, stage, route.replica, stage_input, stage - 1))
 
     def _pick_replica(self, stage: int, route: _Route) -> int:
         live = self.live[stage]
-        if len(live) == 1 and live[0]:
-            return 0
         parent = self.routes.get(route.parent) if route.parent >= 0 else None
         if parent is not None and parent.stage == stage and live[parent.replica]:
             return parent.replica  # companions and samples run next to their parent when they can
@@ -450,8 +448,8 @@ _REPORTS: dict[type, _Handler] = {
 _KINDS: dict[type, type] = {k: k for k in (rp.StatusChanged, rp.Output, rp.Finished, rp.Failed)}
 #: observation class -> what the orchestrator does with it; absent: nothing (slots, acknowledgements)
 _OBSERVATIONS: dict[type, Callable[[Orchestrator, Any, Commands], None]] = {
-    ob.Emitted: Orchestrator._on_emitted, ob.Dispatched: Orchestrator._on_dispatched,
-    ob.Forwarded: Orchestrator._on_forwarded, ob.Released: Orchestrator._on_released,
+    ob.Emitted: Orchestrator._on_emitted, ob.Dispatched: Orchestrator._dispatch,
+    ob.Forwarded: Orchestrator._forward, ob.Released: Orchestrator._on_released,
     ob.Submitted: Orchestrator._on_submitted, ob.AbortSent: Orchestrator._on_abort_sent,
     ob.AbortAnswered: Orchestrator._on_abort_answered, ob.AbortCommitted: Orchestrator._on_abort_committed,
     ob.Dropped: Orchestrator._on_dropped, ob.RpcSent: Orchestrator._on_rpc_sent,

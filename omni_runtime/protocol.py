@@ -20,6 +20,7 @@ from typing import Any, Protocol, runtime_checkable
 import attrs
 
 from omni_fsm import ControlMethod, StopKind
+from omni_fsm._frozen import direct_inits
 from omni_runtime.adapters import StageInput
 
 
@@ -107,6 +108,8 @@ class ReplicaDied(Report):
 class EngineDead(Report):
     """The whole engine is unusable (a fatal error no replica survives)."""
 
+
+direct_inits(Report)
 
 ReportSink = Callable[[Report], None]
 
