@@ -1,7 +1,9 @@
 """Named guards: pure predicates over (record, event, engine) that select a table row.
 
 A guard never mutates anything and never consults the table; the table names guards by these
-keys, so a row reads as ``(state, event type, guard) -> next state, effects``.
+keys, so a row reads as ``(state, event type, guard) -> next state, effects``. Each guard is
+written once, as an expression (``GUARD_SOURCES``): the compiled selectors inline it, and
+``GUARDS`` holds it as a function for the ``transitions`` reference machine.
 """
 
 from __future__ import annotations
