@@ -23,7 +23,7 @@ from typing import Any
 import attrs
 
 from omni_fsm.errors import MalformedInput
-from omni_fsm.invariants import CHECKS
+from omni_fsm.invariants import CHECKS, DIFFERENTIAL_CHECKS
 
 CONTRACTS_DIR = "specs/contracts"
 REGISTRY_FILE = "specs/invariants.toml"
@@ -454,13 +454,16 @@ def check_problems(reg: Registry) -> list[str]:
     for inv in reg.invariants:
         for name in inv.checks:
             named.add((inv.id, name))
-            if name in CHECKS and CHECKS[name].invariant != inv.id:
-                problems.append(f"{reg.where(inv)}: check {name} implements {CHECKS[name].invariant}, not {inv.id}")
-            elif name not in CHECKS and name not in REGISTRY_CHECKS:
+            impl = CHECKS.get(name) or DIFFERENTIAL_CHECKS.get(name)
+            if impl is not None and impl.invariant != inv.id:
+                problems.append(f"{reg.where(inv)}: check {name} implements {impl.invariant}, not {inv.id}")
+            elif impl is None and name not in REGISTRY_CHECKS:
                 problems.append(f"{reg.where(inv)}: {inv.id} names an unknown check {name!r}")
-    for name, info in sorted(CHECKS.items()):
-        if (info.invariant, name) not in named:
-            problems.append(f"{reg.path}:0: check {name} ({info.invariant}) belongs to no entry of that ID")
+    owners = {name: c.invariant for name, c in CHECKS.items()}
+    owners.update((name, c.invariant) for name, c in DIFFERENTIAL_CHECKS.items())
+    for name, invariant in sorted(owners.items()):
+        if (invariant, name) not in named:
+            problems.append(f"{reg.path}:0: check {name} ({invariant}) belongs to no entry of that ID")
     for name in sorted(REGISTRY_CHECKS):
         if not any(name in inv.checks for inv in reg.invariants):
             problems.append(f"{reg.path}:0: registry check {name} is named by no entry")

@@ -1,0 +1,42 @@
+"""``same_client_streams``: two histories of one workload compared stream by stream (ORCH-INV-303)."""
+
+from __future__ import annotations
+
+from omni_fsm import events as ev
+from omni_fsm import observations as ob
+from omni_fsm.invariants import DIFFERENTIAL_CHECKS, same_client_streams
+from omni_fsm.invariants.differential import client_streams
+
+PARTIAL = ob.Emitted(0, 1, 1, 1)
+SECOND = ob.Emitted(0, 1, 1, 2)
+TERMINAL = ob.Emitted(0, 1, 0, 2, finished=True)
+
+
+def history(*emitted: ob.Emitted) -> list:
+    return [(ev.StageOutput(e.rid, e.stage, e.tokens), [ob.SlotTaken(e.rid, e.stage), e]) for e in emitted]
+
+
+def test_the_same_messages_are_the_same_streams():
+    assert same_client_streams(history(PARTIAL, SECOND, TERMINAL), history(PARTIAL, SECOND, TERMINAL)) == []
+
+
+def test_a_different_message_is_reported_with_its_request_and_position():
+    other = ob.Emitted(0, 1, 1, 3)
+    problems = same_client_streams(history(PARTIAL, SECOND, TERMINAL), history(PARTIAL, other, TERMINAL))
+    assert len(problems) == 1 and problems[0].startswith("ORCH-INV-303: request 0, message 1: ")
+
+
+def test_a_missing_message_is_reported():
+    problems = same_client_streams(history(PARTIAL, SECOND), history(PARTIAL))
+    assert problems == [f"ORCH-INV-303: request 0, message 1: {SECOND} on one loop, nothing on the other"]
+
+
+def test_samples_interleave_freely_but_each_sample_stream_must_match():
+    a0, b0 = ob.Emitted(4, 1, 1, 1, sample=0), ob.Emitted(4, 1, 1, 1, sample=1)
+    end = ob.Emitted(4, 1, 0, 1, finished=True)
+    assert same_client_streams(history(a0, b0, end), history(b0, a0, end)) == []
+    assert client_streams(history(a0, b0, end)) == {(4, 0): [a0], (4, 1): [b0], (4, -1): [end]}
+
+
+def test_the_check_is_registered_for_orch_inv_303():
+    assert DIFFERENTIAL_CHECKS["same_client_streams"].invariant == "ORCH-INV-303"
