@@ -1,11 +1,15 @@
 """omni_fsm: the request lifecycle of a multi-stage inference engine as one checked table.
 
-The public API is re-exported here; the command line (``omni_fsm.cli``), the ``transitions``
-reference machine (``omni_fsm.reference``) and the diagrams (``omni_fsm.diagram``) are
-imported lazily, so ``import omni_fsm`` stays light and free of I/O.
+The public API is re-exported here. The trace reader and writer (``TraceWriter``,
+``read_trace``, ``write_trace``, from ``omni_fsm.trace``) are re-exported lazily, on first use;
+the command line (``omni_fsm.cli``), the ``transitions`` reference machine
+(``omni_fsm.reference``) and the diagrams (``omni_fsm.diagram``) are imported only by who needs
+them; so ``import omni_fsm`` stays light and free of I/O.
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
 
 from omni_fsm import events, observations
 from omni_fsm._record import Engine, Record
@@ -28,9 +32,26 @@ from omni_fsm._vocab import (
     StopKind,
 )
 from omni_fsm.core import Counters, Lifecycle
-from omni_fsm.errors import InternalError, LifecycleError, MalformedInput, OmniFsmError
+from omni_fsm.errors import ConfigError, InternalError, LifecycleError, MalformedInput, OmniFsmError
+from omni_fsm.invariants import Monitor, Violation, check_history, same_client_streams
 
 __version__ = "0.1.0"
+
+if TYPE_CHECKING:  # for type checkers; at run time ``__getattr__`` imports them on first use
+    from omni_fsm.trace import TraceWriter, read_trace, write_trace
+
+_LAZY = {"TraceWriter": "omni_fsm.trace", "read_trace": "omni_fsm.trace", "write_trace": "omni_fsm.trace"}
+
+
+def __getattr__(name: str) -> Any:
+    """Return a lazily re-exported name (the trace I/O shell is imported on first use)."""
+    if name in _LAZY:
+        import importlib
+
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'omni_fsm' has no attribute {name!r}")
 
 __all__ = [
     "BOUND",
@@ -42,6 +63,7 @@ __all__ = [
     "SPEC",
     "TERMINAL",
     "TERMINAL_OUTCOME",
+    "ConfigError",
     "ControlMethod",
     "Counters",
     "Effect",
@@ -52,6 +74,7 @@ __all__ = [
     "Lifecycle",
     "LifecycleError",
     "MalformedInput",
+    "Monitor",
     "OmniFsmError",
     "Outcome",
     "Record",
@@ -61,7 +84,13 @@ __all__ = [
     "Spec",
     "StageKind",
     "StopKind",
+    "TraceWriter",
+    "Violation",
     "__version__",
+    "check_history",
     "events",
     "observations",
+    "read_trace",
+    "same_client_streams",
+    "write_trace",
 ]

@@ -14,6 +14,7 @@ from typing import Any
 from omni_fsm._guards import NAMESPACE, check_guard_names, inlined
 from omni_fsm._record import Engine
 from omni_fsm._table import Row
+from omni_fsm.errors import ConfigError
 
 _Entry = tuple[tuple[str, ...], tuple[str, ...], Row]
 _Selector = Callable[[Any, Any, Engine], Row | None]
@@ -27,6 +28,8 @@ def _selector(entries: tuple[_Entry, ...]) -> _Selector:
         names[f"row{i}"] = row
         tests = [f"({inlined(g)})" for g in when] + [f"not ({inlined(g)})" for g in unless]
         if not tests:
+            if i != len(entries) - 1:  # rows after an unguarded one could never match: a table bug
+                raise ConfigError(f"{row.source!r} --{row.event.__name__}-->: an unguarded row hides the rows after it")
             lines.append(f"    return row{i}")
             break
         lines.append(f"    if {' and '.join(tests)}:\n        return row{i}")

@@ -26,7 +26,7 @@ from omni_fsm._record import Record
 from omni_fsm._table import SPEC, STAGE_LIVE, Spec
 from omni_fsm._vocab import LIVE, ControlMethod, ReqState, StageKind, StopKind
 from omni_fsm.core import Lifecycle
-from omni_fsm.errors import LifecycleError
+from omni_fsm.errors import ConfigError, LifecycleError
 from omni_fsm.invariants import Monitor
 
 FAMILIES: dict[str, tuple[type[ev.Event], ...]] = {
@@ -75,9 +75,9 @@ class Bound:
         """Return (stage kinds, final-output flags)."""
         kinds = self.kinds or (StageKind.AR,) * self.stages
         if len(kinds) != self.stages:
-            raise ValueError(f"{len(kinds)} stage kinds given for {self.stages} stages")
+            raise ConfigError(f"{len(kinds)} stage kinds given for {self.stages} stages")
         if not 1 <= self.final_stages <= self.stages:
-            raise ValueError("final_stages must be between 1 and the number of stages")
+            raise ConfigError("final_stages must be between 1 and the number of stages")
         final = tuple(i == self.stages - 1 or i < self.final_stages - 1 for i in range(self.stages))
         return kinds, final
 

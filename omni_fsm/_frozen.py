@@ -12,6 +12,7 @@ fields, ``__attrs_pre_init__`` / ``__attrs_post_init__``) keeps it.
 
 from __future__ import annotations
 
+import sys
 from types import MemberDescriptorType
 from typing import Any
 
@@ -48,20 +49,22 @@ def _install(cls: type) -> bool:
     if cls.__dict__.get(_MARK) or not _plain(cls):
         return False
     fields = attrs.fields(cls)
-    names: dict[str, Any] = {}
+    # the class's module namespace, so that ``typing.get_type_hints`` resolves the annotations
+    names: dict[str, Any] = dict(vars(sys.modules[cls.__module__]))
     params, body = [], []
     for f in fields:
         names[f"_set_{f.name}"] = getattr(cls, f.name).__set__  # the slot's member descriptor
         if f.default is attrs.NOTHING:
-            params.append(f.name)
+            params.append(f.alias)
         else:
             names[f"_default_{f.name}"] = f.default
-            params.append(f"{f.name}=_default_{f.name}")
-        body.append(f"    _set_{f.name}(self, {f.name})")
+            params.append(f"{f.alias}=_default_{f.name}")
+        body.append(f"    _set_{f.name}(self, {f.alias})")
     source = f"def __init__(self, {', '.join(params)}):\n" + ("\n".join(body) or "    pass")
     exec(source, names)  # generated from the class's own attrs fields, nothing else
     init = names["__init__"]
     init.__qualname__ = f"{cls.__qualname__}.__init__"
+    init.__module__ = cls.__module__
     generated = cls.__dict__["__init__"]  # attrs'
     init.__annotations__ = dict(generated.__annotations__)
     init.__doc__ = generated.__doc__

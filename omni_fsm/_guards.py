@@ -30,6 +30,11 @@ def _pending_method(ev: Any, eng: Engine) -> ControlMethod | None:
     return call[0] if call else None
 
 
+def _pending_tags(ev: Any, eng: Engine) -> frozenset[str]:
+    call = eng.pending_rpcs.get(ev.call_id)
+    return call[2] if call else frozenset()
+
+
 def _wakes_all(tags: frozenset[str], sleeping: frozenset[str]) -> bool:
     """Return whether waking ``tags`` (empty or ``*``: everything) leaves nothing asleep."""
     return not tags or "*" in tags or tags >= sleeping
@@ -57,7 +62,7 @@ GUARD_SOURCES: dict[str, str] = {
     "stopped": "e.stop is StopKind.STOP",
     "length_capped": "e.stop is StopKind.LENGTH",
     "repetition": "e.stop is StopKind.REPETITION",
-    "wakes_every_tag": "_wakes_all(g.pending_rpcs[e.call_id][2], g.sleep_tags)",
+    "wakes_every_tag": "_wakes_all(_pending_tags(e, g), g.sleep_tags)",
 }
 for _state in TERMINAL:
     _fold = f"fold_outcome(r.worst, e.outcome) is ReqState.{_state.name}"
@@ -68,7 +73,7 @@ for _method in ControlMethod:
 NAMESPACE: dict[str, Any] = {
     "EngineState": EngineState, "StageKind": StageKind, "Role": Role, "ReqState": ReqState, "StopKind": StopKind,
     "ControlMethod": ControlMethod, "fold_outcome": fold_outcome, "_pending_method": _pending_method,
-    "_wakes_all": _wakes_all,
+    "_pending_tags": _pending_tags, "_wakes_all": _wakes_all,
 }  # fmt: skip
 
 

@@ -28,7 +28,7 @@ from omni_fsm._vocab import (
     StageKind,
     StopKind,
 )
-from omni_fsm.errors import InternalError, LifecycleError
+from omni_fsm.errors import ConfigError, InternalError, LifecycleError
 
 _STOP_REASON = {StopKind.STOP: "stop", StopKind.LENGTH: "length", StopKind.REPETITION: "repetition",
                 StopKind.IGNORED: "length"}
@@ -64,11 +64,11 @@ class Lifecycle:
                  spec: Spec = SPEC) -> None:
         kinds_t, final_t = tuple(kinds), tuple(final)
         if not kinds_t or len(kinds_t) != len(final_t):
-            raise ValueError("a pipeline needs at least one stage and one 'final' flag per stage")
+            raise ConfigError("a pipeline needs at least one stage and one 'final' flag per stage")
         if not final_t[-1]:
-            raise ValueError("the last stage must be a final-output stage")
+            raise ConfigError("the last stage must be a final-output stage")
         if capacity < 1:
-            raise ValueError("capacity must be at least 1")
+            raise ConfigError("capacity must be at least 1")
         self.spec = spec
         self.engine = Engine(kinds=kinds_t, final=final_t, capacity=capacity)
         self.table = CompiledTable(spec.rows)
@@ -143,6 +143,8 @@ class Lifecycle:
     def _admit_client(self, event: ev.Submit) -> Record:
         if self.engine.state in (EngineState.DEAD, EngineState.STOPPED):
             raise LifecycleError(event.rid, self.engine.state, event, "engine is not running")
+        if event.rid < 0:
+            raise LifecycleError(event.rid, ReqState.NEW, event, "request ids are non-negative")
         if event.n < 1 or event.companions < 0 or (event.n > 1 and event.companions > 0):
             raise LifecycleError(event.rid, ReqState.NEW, event, "need n >= 1, companions >= 0, not both")
         for dep in range(event.rid + 1, event.rid + 1 + max(event.n - 1 and event.n, event.companions)):

@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 from omni_fsm._table import SPEC, Row, Spec
 from omni_fsm._vocab import BOUND, ENGINE_TERMINAL, HOLDS_SLOT, LIVE, PARKED, TERMINAL, EngineState, ReqState
+from omni_fsm.errors import ConfigError
 
 Which = Literal["request", "engine"]
 REGENERATE = ".venv/bin/omni-fsm diagram --markdown > docs/lifecycle.md"
@@ -31,7 +32,7 @@ def _table(spec: Spec, which: Which) -> tuple[tuple[Row, ...], type[enum.Enum], 
         return spec.rows, ReqState, ReqState.NEW, TERMINAL
     if which == "engine":
         return spec.engine_rows, EngineState, EngineState.RUNNING, ENGINE_TERMINAL
-    raise ValueError(f"unknown table {which!r}: expected 'request' or 'engine'")
+    raise ConfigError(f"unknown table {which!r}: expected 'request' or 'engine'")
 
 
 def edges(rows: tuple[Row, ...]) -> dict[tuple[enum.Enum, enum.Enum], list[Row]]:

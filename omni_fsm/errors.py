@@ -19,6 +19,10 @@ class LifecycleError(OmniFsmError):
         super().__init__(f"{who} in state {getattr(state, 'name', state)}: {why} for {event!r}")
 
 
+class ConfigError(OmniFsmError, ValueError):
+    """Arguments that describe no valid pipeline, bound or table (the caller's bug; nothing was built)."""
+
+
 class InternalError(OmniFsmError):
     """The core reached a situation its own table says cannot happen (a bug here)."""
 

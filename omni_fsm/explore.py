@@ -1,21 +1,31 @@
 """``omni-fsm explore``: the bounded exhaustive explorer's command line (a thin shell).
 
-Prints progress while it runs (on a terminal), then the report; writes each shortest
-counterexample as a trace file that ``omni-fsm check`` reads. Exits 1 on any violation.
+Prints progress on stderr while it runs (a line rewritten in place on a terminal, else a plain
+line every few seconds, liveness phase included), then the report; writes each shortest
+counterexample as a complete trace file that ``omni-fsm check`` reads. Exits 1 on any violation.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+import threading
+import time
 from pathlib import Path
 from typing import TextIO
 
 from omni_fsm import events as ev
+from omni_fsm import observations as ob
 from omni_fsm._explorer import DEFAULT_FAMILIES, FAMILIES, Bound, Counterexample, Report, explore
+from omni_fsm._table import SPEC, Spec
 from omni_fsm._vocab import StageKind
 from omni_fsm.core import Lifecycle
-from omni_fsm.errors import LifecycleError
+from omni_fsm.errors import InternalError, LifecycleError
+
+#: Seconds between progress lines: rewritten in place on a terminal, else one plain line each.
+PROGRESS_EVERY_TTY, PROGRESS_EVERY = 1.0, 5.0
+#: A counterexample replayed on the core: its (event, observations) steps.
+Replayed = list[tuple[ev.Event, list[ob.Observation]]]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -57,30 +67,70 @@ def bound_from_args(args: argparse.Namespace) -> Bound:
 
 
 def main(args: argparse.Namespace) -> int:
-    """Run the exploration; return 0 if every invariant and liveness held, 1 otherwise, 2 on bad options."""
+    """Run the exploration; return 0 (all held), 1 (a violation), 2 (bad options, --out unwritable) or 3 (a bug)."""
     try:
         bound = bound_from_args(args)
     except ValueError as exc:
         print(f"omni-fsm explore: {exc}", file=sys.stderr)
         return 2
-    progress = _progress_printer(sys.stderr) if sys.stderr.isatty() else None
-    report = explore(bound, symmetry=args.symmetry, liveness=not args.no_liveness, progress=progress)
-    if progress is not None:
-        print(file=sys.stderr)
+    with ProgressLine(sys.stderr) as progress:
+        report = explore(bound, symmetry=args.symmetry, liveness=not args.no_liveness, progress=progress.update)
     print_report(report, bound, sys.stdout)
     for cx in (*report.violations, *([report.stuck] if report.stuck else [])):
         path = args.out / f"counterexample-{cx.invariant}.trace.jsonl"
-        write_counterexample(path, bound, cx)
+        try:
+            write_counterexample(path, bound, cx)
+        except OSError as exc:
+            print(f"omni-fsm explore: {path}: {exc.strerror or exc}", file=sys.stderr)
+            return 2
+        except InternalError as exc:  # the core refuses a step the explorer took: a bug, said in one line
+            print(f"omni-fsm explore: internal error: {exc}", file=sys.stderr)
+            return 3
         print(f"  trace written: {path}")
     return 0 if report.ok else 1
 
 
-def _progress_printer(stream: TextIO):  # type: ignore[no-untyped-def]
-    def show(states: int, edges: int, seconds: float) -> None:
-        stream.write(f"\rexploring: {states:,} states, {edges:,} edges, {seconds:.0f} s")
-        stream.flush()
+class ProgressLine:
+    """Shows ``exploring: S states, E edges, T s`` on ``stream`` while the explorer runs.
 
-    return show
+    The explorer reports its counts (``update``) only while it searches; a ticker thread writes
+    the latest ones with the time so far, so the line keeps coming through the liveness phase.
+    On a terminal the line is rewritten in place every second; elsewhere (a log, CI) it is a
+    plain line every ``PROGRESS_EVERY`` seconds.
+    """
+
+    def __init__(self, stream: TextIO, every: float | None = None) -> None:
+        self.stream, self.tty = stream, stream.isatty()
+        self.every = every if every is not None else PROGRESS_EVERY_TTY if self.tty else PROGRESS_EVERY
+        self.counts = (0, 0)
+        self.shown = False
+        self._started = time.perf_counter()
+        self._stop = threading.Event()
+        self._ticker = threading.Thread(target=self._tick, name="explore-progress", daemon=True)
+
+    def update(self, states: int, edges: int, seconds: float) -> None:
+        """Take the explorer's latest counts (its ``progress`` callback)."""
+        self.counts = (states, edges)
+
+    def _tick(self) -> None:
+        while not self._stop.wait(self.every):
+            states, edges = self.counts
+            line = f"exploring: {states:,} states, {edges:,} edges, {time.perf_counter() - self._started:.0f} s"
+            self.stream.write(f"\r{line}" if self.tty else f"{line}\n")
+            self.stream.flush()
+            self.shown = True
+
+    def __enter__(self) -> ProgressLine:
+        self._started = time.perf_counter()
+        self._ticker.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._ticker.join()
+        if self.shown and self.tty:
+            self.stream.write("\n")
+            self.stream.flush()
 
 
 def print_report(report: Report, bound: Bound, out: TextIO) -> None:
@@ -112,27 +162,35 @@ def _print_counterexample(cx: Counterexample, out: TextIO) -> None:
         out.write(f"  {i:3}. {event!r}\n")
 
 
-def replay(bound: Bound, events: tuple[ev.Event, ...]) -> list[tuple[ev.Event, list[object]]]:
-    """Run ``events`` through a fresh core; return the (event, observations) steps."""
+def replay(bound: Bound, events: tuple[ev.Event, ...], spec: Spec = SPEC) -> Replayed:
+    """Run ``events`` through a fresh core built on ``spec``; return the (event, observations) steps.
+
+    Every event must replay: the explorer found them on the same core. ``InternalError`` names
+    the first one the core refuses (the explorer and the core disagree: a bug, or another spec).
+    """
     kinds, final = bound.pipeline()
-    lc = Lifecycle(kinds, final, bound.capacity)
-    steps: list[tuple[ev.Event, list[object]]] = []
-    for event in events:
+    lc = Lifecycle(kinds, final, bound.capacity, spec)
+    steps: Replayed = []
+    for number, event in enumerate(events, 1):
         try:
             steps.append((event, list(lc.handle(event))))
-        except LifecycleError:
-            break
+        except LifecycleError as err:
+            raise InternalError(f"cannot replay event {number} of {len(events)}, {event!r}: {err}") from None
     return steps
 
 
-def write_counterexample(path: Path, bound: Bound, cx: Counterexample) -> None:
-    """Write a counterexample as a lifecycle trace (``omni-fsm check`` reads it)."""
-    from omni_fsm.trace import TraceWriter
+def write_counterexample(path: Path, bound: Bound, cx: Counterexample, spec: Spec = SPEC) -> None:
+    """Write a counterexample, replayed on ``spec``, as a complete trace at ``path`` (``omni-fsm check`` reads it).
+
+    The end marker says the history stops there: ``omni-fsm check`` applies the end-of-history
+    rules, so the requests a LIVENESS counterexample leaves stuck are reported as never ended.
+    ``InternalError`` if an event cannot be replayed; nothing is written then.
+    """
+    from omni_fsm.trace import write_trace
 
     kinds, final = bound.pipeline()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", encoding="utf-8") as stream:
-        writer = TraceWriter(stream)
-        writer.header(kinds, final, bound.capacity)
-        for event, outputs in replay(bound, cx.events):
-            writer.step(event, outputs)  # type: ignore[arg-type]
+    try:
+        steps = replay(bound, cx.events, spec)
+    except InternalError as err:
+        raise InternalError(f"counterexample {cx.invariant}: {err}") from None
+    write_trace(path, kinds, final, bound.capacity, steps, complete=True)

@@ -21,6 +21,7 @@ from omni_fsm._guards import GUARDS, Guard, check_guard_names
 from omni_fsm._record import Engine
 from omni_fsm._table import SPEC, Row, Spec
 from omni_fsm._vocab import EngineState, ReqState
+from omni_fsm.errors import ConfigError
 
 Condition = Callable[[Any], bool]
 
@@ -59,7 +60,7 @@ class _StaticMachine:
         names: dict[str, type] = {}
         for row in rows:
             if names.setdefault(row.event.__name__, row.event) is not row.event:
-                raise ValueError(f"two event classes named {row.event.__name__!r}")
+                raise ConfigError(f"two event classes named {row.event.__name__!r}")
         self.fired: Row | None = None
         self.machine: Any = Machine(
             model=None,
@@ -112,7 +113,7 @@ class ReferenceTable:
     def __init__(self, rows: tuple[Row, ...], states: type[enum.Enum] | None = None) -> None:
         if states is None:
             if not rows:
-                raise ValueError("an empty table needs its states named")
+                raise ConfigError("an empty table needs its states named")
             states = type(rows[0].source)
         names = {g for r in rows for g in (*r.when, *r.unless)}
         check_guard_names(names)

@@ -3,8 +3,9 @@
 Line 1 is the header ``{"omni_fsm_trace": 1, "stages": [{"kind": "ar", "final": true}, ...],
 "capacity": 2}``. Every later line is one object: an input event ``{"in": "stage_output", ...}``
 (what a client or a runtime did; internal events never appear), an observation
-``{"out": "emitted", ...}`` (what the engine produced), or the optional last line
-``{"end": true}`` (the history is complete: the engine was drained). An input line opens a step;
+``{"out": "emitted", ...}`` (what the engine produced), or the last line ``{"end": true}`` (the
+history is complete: the engine was drained; without it the trace is incomplete, cut off or
+still being written). An input line opens a step;
 the observations after it belong to it (observations before any input form a step with no
 event). States of the core never appear: a trace records only what can be observed.
 
@@ -16,11 +17,14 @@ This module is the I/O shell around the pure core, which never imports it.
 
 from __future__ import annotations
 
+import contextlib
 import enum
+import errno
 import io
 import json
 import os
 import re
+import secrets
 import types
 import typing
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -310,13 +314,14 @@ class TraceReader:
     """The steps of one trace, read line by line; ``header`` is read on construction.
 
     Iterate it once. ``complete`` becomes true when the end marker is read (``end_line`` is its
-    line). Any malformed line raises ``MalformedInput(name, line, reason)``; a file that cannot be
-    opened does too, with line 0.
+    line); ``last_line`` is the number of the last line read. Any malformed line raises
+    ``MalformedInput(name, line, reason)``; a file that cannot be opened does too, with line 0.
     """
 
     def __init__(self, source: Source, name: str | None = None) -> None:
         self.complete = False
         self.end_line = 0
+        self.last_line = 1
         self._owned: IO[bytes] | None = None
         if isinstance(source, (str, os.PathLike)):
             self.name = name if name is not None else os.fspath(source)
@@ -389,6 +394,7 @@ class TraceReader:
         outputs: list[ob.Observation] = []
         try:
             for number, raw in self._lines:
+                self.last_line = number
                 if self.complete:
                     raise self._bad(number, "a line after the end marker")
                 item = self._item(number, self._parse(number, raw), stages)
@@ -444,17 +450,46 @@ def read_trace(source: Source, name: str | None = None) -> TraceReader:
 # -- writing -----------------------------------------------------------------------------------
 
 
+def _open_beside(path: str) -> tuple[str, IO[str]]:
+    """Return (name, stream) of a new temporary file in ``path``'s directory (created if missing)."""
+    folder, base = os.path.split(path)
+    os.makedirs(folder or ".", exist_ok=True)
+    if os.path.isdir(path):  # fail now, not after a whole run, when the path can never be replaced
+        raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), path)
+    while True:
+        temp = os.path.join(folder, f".{base}.{secrets.token_hex(4)}.tmp")
+        try:
+            return temp, open(temp, "x", encoding="utf-8")
+        except FileExistsError:  # pragma: no cover - 32 random bits collided
+            continue
+
+
+def _discard(stream: IO[str], temp: str) -> None:
+    """Close and remove a temporary file, best effort (it is being given up, maybe after a failure)."""
+    with contextlib.suppress(OSError):
+        stream.close()
+    with contextlib.suppress(OSError):
+        os.remove(temp)
+
+
 class TraceWriter:
-    """Writes one trace to a text stream (or to a path it opens and closes): header, steps, end."""
+    """Writes one trace to a text stream, or to a path: header, steps, end.
+
+    Given a path, it writes a temporary file beside it (``.NAME.XXXXXXXX.tmp``) and moves it onto
+    the path (``os.replace``) when the end marker is written, so the path only ever holds a
+    whole trace: if the run fails or the writer is closed before ``end``, the temporary file is
+    removed and the path is left as it was.
+    """
 
     def __init__(self, target: IO[str] | str | os.PathLike[str]) -> None:
+        self._path: str | None = None
+        self._temp = ""
         if isinstance(target, (str, os.PathLike)):
-            os.makedirs(os.path.dirname(os.fspath(target)) or ".", exist_ok=True)
-            self._stream: IO[str] = open(target, "w", encoding="utf-8")  # noqa: SIM115 - closed by close()
-            self._owned = True
+            self._path = os.fspath(target)
+            self._temp, self._stream = _open_beside(self._path)
         else:
-            self._stream, self._owned = target, False
-        self._header_written = self._any_input = self._ended = False
+            self._stream = target
+        self._header_written = self._any_input = self._ended = self._closed = False
 
     def _line(self, obj: dict[str, Any]) -> None:
         self._stream.write(json.dumps(obj, separators=(",", ":")) + "\n")
@@ -470,7 +505,7 @@ class TraceWriter:
 
     def step(self, event: ev.Event | None, outputs: Iterable[ob.Observation]) -> None:
         """Write one step: the input event's line, then one line per observation."""
-        if not self._header_written or self._ended:
+        if not self._header_written or self._ended or self._closed:
             raise ValueError("steps go after the header and before the end marker")
         if event is None and self._any_input:
             raise ValueError("observations without an input event can only open a trace")
@@ -485,18 +520,37 @@ class TraceWriter:
         self._any_input = self._any_input or event is not None
 
     def end(self) -> None:
-        """Write the end marker: the history is complete (the engine was drained)."""
-        if not self._header_written or self._ended:
+        """Write the end marker (the engine was drained); a writer given a path puts the file there now."""
+        if not self._header_written or self._ended or self._closed:
             raise ValueError("the end marker goes once, after the header")
         self._line({END_KEY: True})
         self._ended = True
+        self._publish()
+
+    def _publish(self) -> None:
+        """Close the file and move it onto its path, whatever it holds (flush a stream)."""
+        if self._path is None:
+            self._stream.flush()
+            return
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._stream.flush()
+            os.fsync(self._stream.fileno())
+            self._stream.close()
+            os.replace(self._temp, self._path)
+        except BaseException:
+            _discard(self._stream, self._temp)
+            raise
 
     def close(self) -> None:
-        """Flush; close the file if this writer opened it."""
-        if self._owned:
-            self._stream.close()
-        else:
+        """Flush a stream; for a path, remove the temporary file unless ``end`` already put it in place."""
+        if self._path is None:
             self._stream.flush()
+        elif not self._closed:
+            self._closed = True
+            _discard(self._stream, self._temp)
 
     def __enter__(self) -> TraceWriter:
         return self
@@ -519,9 +573,13 @@ def _write_all(writer: TraceWriter, kinds: Sequence[StageKind], final: Sequence[
 
 def write_trace(path: str | os.PathLike[str], kinds: Sequence[StageKind], final: Sequence[bool], capacity: int,
                 steps: Steps, complete: bool = True) -> None:
-    """Write a whole history to ``path`` (with the end marker if ``complete``); return nothing."""
+    """Write a whole history to ``path`` at once (a temporary file moved into place); return nothing.
+
+    With ``complete`` it ends with the end marker; without, it is a deliberately incomplete trace.
+    """
     with TraceWriter(path) as writer:
         _write_all(writer, kinds, final, capacity, steps, complete)
+        writer._publish()  # a no-op once ``end`` has put it in place
 
 
 def dump_trace(kinds: Sequence[StageKind], final: Sequence[bool], capacity: int, steps: Steps,

@@ -3,16 +3,19 @@
 The trace is streamed through ``Monitor.step`` (and ``Monitor.finish`` when it ends with the end
 marker). Exit codes: 0 clean; 1 violations, each with its invariant, request, line and that
 request's recent lines; 2 malformed input, as ``FILE:LINE: reason`` on stderr; 3 an internal
-error. Memory: the monitor's view per distinct id, plus the last ``--context`` lines of each
-open request (dropped at its ``released``).
+error; 4 incomplete: no violation, but no end marker either (cut off, or still being written),
+as ``FILE:LINE: ...`` on stderr, unless ``--allow-incomplete`` accepts a prefix. Memory: the
+monitor's view per distinct id, plus the last ``--context`` lines of each open request (dropped
+at its ``released``).
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import attrs
 
@@ -21,8 +24,11 @@ from omni_fsm.errors import MalformedInput
 from omni_fsm.invariants import Monitor, Violation
 from omni_fsm.trace import Item, Step, dumps, read_trace
 
-CLEAN, VIOLATIONS, MALFORMED, INTERNAL = 0, 1, 2, 3
+CLEAN, VIOLATIONS, MALFORMED, INTERNAL, INCOMPLETE = 0, 1, 2, 3, 4
 DEFAULT_CONTEXT = 6
+PROGRESS_AFTER, PROGRESS_EVERY = 2.0, 5.0  #: seconds before the first progress line, and between lines
+#: Called now and then on a long check with (steps judged, line reached, seconds so far).
+Progress = Callable[[int, int, float], None]
 Line = tuple[int, Item]
 
 
@@ -85,12 +91,18 @@ class Report:
     steps: int = 0
     requests: int = 0  #: client requests submitted
     complete: bool = False
+    last_line: int = 1  #: the trace's last line (where an incomplete trace stops)
     findings: list[str] = attrs.field(factory=list)  #: one rendered block per violation
 
     def summary(self) -> str:
         """Return the one-line summary."""
         tail = "" if self.complete else " (no end marker: end-of-history rules not applied)"
         return f"{self.name}: {self.steps} steps, {self.requests} requests, {len(self.findings)} violations{tail}"
+
+    def missing_end(self) -> str:
+        """Return the ``FILE:LINE: reason`` line of an incomplete trace."""
+        return (f'{self.name}:{self.last_line}: incomplete trace: no end marker {{"end": true}} after the last line '
+                "(cut off, or still being written); --allow-incomplete checks the steps present")
 
 
 def _render(name: str, line: int, violation: Violation, context: list[Line]) -> str:
@@ -116,8 +128,13 @@ def _judge_step(monitor: Monitor, step: Step, recent: Recent, report: Report) ->
     report.steps += 1
 
 
-def check_trace(path: str, context: int = DEFAULT_CONTEXT) -> Report:
-    """Return the report of checking the trace at ``path``; raise ``MalformedInput`` if it is not one."""
+def check_trace(path: str, context: int = DEFAULT_CONTEXT, progress: Progress | None = None) -> Report:
+    """Return the report of checking the trace at ``path``; raise ``MalformedInput`` if it is not one.
+
+    ``progress`` is called every ``PROGRESS_EVERY`` seconds once the check has run ``PROGRESS_AFTER``.
+    """
+    started = time.perf_counter()
+    due = started + PROGRESS_AFTER
     with read_trace(path) as reader:
         head = reader.header
         monitor = Monitor(head.kinds, head.final, head.capacity)
@@ -125,7 +142,10 @@ def check_trace(path: str, context: int = DEFAULT_CONTEXT) -> Report:
         report = Report(reader.name)
         for step in reader:
             _judge_step(monitor, step, recent, report)
-    report.complete = reader.complete
+            if progress is not None and report.steps % 1024 == 0 and time.perf_counter() >= due:
+                due = time.perf_counter() + PROGRESS_EVERY
+                progress(report.steps, step.line, due - PROGRESS_EVERY - started)
+    report.complete, report.last_line = reader.complete, reader.last_line
     if reader.complete:
         for violation in monitor.finish():
             report.findings.append(_render(report.name, reader.end_line, violation,
@@ -145,12 +165,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("file", metavar="FILE", help="a JSONL lifecycle trace (see docs/trace-format.md)")
     parser.add_argument("--context", metavar="N", type=_context_size, default=DEFAULT_CONTEXT,
                         help=f"recent lines shown per violation (default {DEFAULT_CONTEXT})")
+    parser.add_argument("--allow-incomplete", action="store_true",
+                        help="judge a trace without its end marker (cut off, or still being written) as the "
+                        "steps present: exit 0 if none breaks an invariant (default: such a trace exits 4)")
+
+
+def _progress_line(name: str) -> Progress:
+    def show(steps: int, line: int, seconds: float) -> None:
+        print(f"{name}: checking: {steps:,} steps, line {line:,}, {seconds:.0f} s", file=sys.stderr, flush=True)
+
+    return show
 
 
 def main(args: argparse.Namespace) -> int:
-    """Check ``args.file``; print the report; return the exit code (0 clean, 1, 2, 3: see the module)."""
+    """Check ``args.file``; print the report; return the exit code (0 clean, 1, 2, 3, 4: see the module)."""
     try:
-        report = check_trace(args.file, args.context)
+        report = check_trace(args.file, args.context, _progress_line(args.file))
     except MalformedInput as err:
         print(err, file=sys.stderr)
         return MALFORMED
@@ -160,7 +190,12 @@ def main(args: argparse.Namespace) -> int:
     for finding in report.findings:
         print(finding)
     print(report.summary())
-    return VIOLATIONS if report.findings else CLEAN
+    if not report.complete and not args.allow_incomplete:
+        print(report.missing_end(), file=sys.stderr)
+    if report.findings:  # what broke in a prefix is broken in the whole history
+        return VIOLATIONS
+    return CLEAN if report.complete or args.allow_incomplete else INCOMPLETE
 
 
-__all__ = ["CLEAN", "INTERNAL", "MALFORMED", "VIOLATIONS", "Recent", "Report", "add_arguments", "check_trace", "main"]
+__all__ = ["CLEAN", "INCOMPLETE", "INTERNAL", "MALFORMED", "VIOLATIONS", "Recent", "Report", "add_arguments",
+           "check_trace", "main"]

@@ -24,6 +24,7 @@ from omni_runtime.commands import (
 )  # fmt: skip
 from omni_runtime.driver import AsyncEngine
 from omni_runtime.errors import (
+    ConfigError,
     EngineNotRunning,
     OmniRuntimeError,
     PipelineError,
@@ -33,14 +34,21 @@ from omni_runtime.errors import (
 )  # fmt: skip
 from omni_runtime.host import Host
 from omni_runtime.orchestrator import Orchestrator
-from omni_runtime.pipeline import Pipeline, StageSpec, load_pipeline, parse_pipeline, simple_pipeline
+from omni_runtime.pipeline import (
+    Pipeline,
+    StageSpec,
+    load_pipeline,
+    parse_pipeline,
+    require_pipeline,
+    simple_pipeline,
+)
 from omni_runtime.protocol import StageRuntime
 from omni_runtime.sync import Engine
 
 __all__ = [
     "INPUT_ADAPTERS", "OUTPUT_ADAPTERS", "AbortAnswer", "AbortAt", "AsyncEngine", "ClientMessage", "Command",
-    "CommitAbort", "Deliver", "Dispatch", "Engine", "EngineChanged", "EngineNotRunning", "Host", "OmniRuntimeError",
-    "Orchestrator", "Pipeline", "PipelineError", "Prompt", "RequestFailed", "RequestRefused", "RpcAnswer", "RpcCall",
-    "RpcError", "StageInput", "StageRuntime", "StageSpec", "StopOrchestrator", "StopRuntimes", "load_pipeline",
-    "parse_pipeline", "simple_pipeline",
+    "CommitAbort", "ConfigError", "Deliver", "Dispatch", "Engine", "EngineChanged", "EngineNotRunning", "Host",
+    "OmniRuntimeError", "Orchestrator", "Pipeline", "PipelineError", "Prompt", "RequestFailed", "RequestRefused",
+    "RpcAnswer", "RpcCall", "RpcError", "StageInput", "StageRuntime", "StageSpec", "StopOrchestrator", "StopRuntimes",
+    "load_pipeline", "parse_pipeline", "require_pipeline", "simple_pipeline",
 ]  # fmt: skip

@@ -64,6 +64,12 @@ def companion_input(prompt: Prompt) -> Prompt:
 
 
 INPUT_ADAPTERS: dict[str, InputAdapter] = {"prompt": prompt_input, "ar2ar": ar_to_ar, "ar2diffusion": ar_to_diffusion}
+#: input adapter -> (the kind of stage whose output it reads, ``None``: the client's prompt; kinds it feeds)
+ADAPTER_KINDS: dict[str, tuple[StageKind | None, frozenset[StageKind]]] = {
+    "prompt": (None, frozenset(StageKind)),
+    "ar2ar": (StageKind.AR, frozenset({StageKind.AR})),
+    "ar2diffusion": (StageKind.AR, frozenset({StageKind.DIFFUSION})),
+}
 
 
 class OutputAdapter:

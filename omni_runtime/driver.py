@@ -10,17 +10,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import deque
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
+from typing import Any
 
 from omni_fsm import SPEC, ControlMethod, Spec
 from omni_runtime import commands as cmd
 from omni_runtime import protocol as rp
 from omni_runtime.adapters import Prompt
 from omni_runtime.commands import ClientMessage
-from omni_runtime.errors import RpcError
+from omni_runtime.errors import ConfigError, RpcError
 from omni_runtime.host import Host, Listener
 from omni_runtime.orchestrator import StepHook
-from omni_runtime.pipeline import Pipeline
+from omni_runtime.pipeline import Pipeline, require_pipeline
 
 EVENT, POLL = "event", "poll"
 
@@ -31,8 +32,9 @@ class AsyncEngine:
     def __init__(self, pipeline: Pipeline, runtimes: Sequence[Sequence[rp.StageRuntime]] | None = None, *,
                  loop: str = EVENT, seed: int = 0, spec: Spec = SPEC, on_step: StepHook | None = None,
                  poll_interval: float = 0.001) -> None:  # fmt: skip
+        pipeline = require_pipeline(pipeline, "AsyncEngine")
         if loop not in (EVENT, POLL):
-            raise ValueError(f"loop must be {EVENT!r} or {POLL!r}")
+            raise ConfigError(f"loop must be {EVENT!r} or {POLL!r}, not {loop!r}")
         if runtimes is None:
             from omni_runtime.sim import sim_runtimes
 
@@ -68,8 +70,8 @@ class AsyncEngine:
             self.host.wake = lambda stage, replica: wakes[stage][replica].set()
             self._orchestrator_task = asyncio.create_task(self._event_loop(ready, signal))
             for stage, replicas in enumerate(self.host.runtimes):
-                for replica, runtime in enumerate(replicas):
-                    self._tasks.append(asyncio.create_task(self._replica_loop(runtime, wakes[stage][replica])))
+                for replica in range(len(replicas)):
+                    self._tasks.append(asyncio.create_task(self._replica_loop(stage, replica, wakes[stage][replica])))
         else:
             self.host.wake = lambda stage, replica: self._work.set()
             self._orchestrator_task = asyncio.create_task(self._poll_loop())
@@ -91,11 +93,12 @@ class AsyncEngine:
             await signal.wait()
             self._idle.clear()
 
-    async def _replica_loop(self, runtime: rp.StageRuntime, wake: asyncio.Event) -> None:
+    async def _replica_loop(self, stage: int, replica: int, wake: asyncio.Event) -> None:
+        step = self.host.step
         while True:
             await self._idle.wait()  # the orchestrator has taken every report: step again
             wake.clear()
-            busy = runtime.step()
+            busy = step(stage, replica)
             await asyncio.sleep(0)
             if not busy:
                 await wake.wait()
@@ -136,7 +139,7 @@ class AsyncEngine:
         return self.host.submit(prompt or Prompt(), n, companions, listener)
 
     async def generate(self, prompt: Prompt | None = None, n: int = 1,
-                       companions: int = 0) -> AsyncIterator[ClientMessage]:  # fmt: skip
+                       companions: int = 0) -> AsyncGenerator[ClientMessage, None]:  # fmt: skip
         """Yield the request's messages, the terminal last; stopping early (or cancelling) aborts it."""
         await self.start()
         queue: asyncio.Queue[ClientMessage] = asyncio.Queue()
@@ -169,9 +172,10 @@ class AsyncEngine:
         if not answer.ok:  # type: ignore[attr-defined]
             raise RpcError(method.value, answer.error or "unknown error")  # type: ignore[attr-defined]
 
-    async def _answer(self, kind: type, call: int, answers: dict[int, cmd.Command]) -> cmd.Command:  # type: ignore[type-arg]
+    async def _answer(self, kind: type, call: int, answers: dict[int, Any]) -> cmd.Command:
         if call in answers:
-            return answers.pop(call)
+            answer: cmd.Command = answers.pop(call)
+            return answer
         future: asyncio.Future[cmd.Command] = asyncio.get_running_loop().create_future()
         self._waiters[(kind, call)] = future
         try:

@@ -15,6 +15,10 @@ class PipelineError(OmniRuntimeError):
         super().__init__(f"{path}:{line}: {reason}")
 
 
+class ConfigError(OmniRuntimeError, ValueError):
+    """A library call got an invalid argument (a bad stage, pipeline or workload setting); also a ``ValueError``."""
+
+
 class EngineNotRunning(OmniRuntimeError):
     """The engine is dead or stopped: it accepts no new work."""
 

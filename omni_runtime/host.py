@@ -14,8 +14,9 @@ from omni_fsm import SPEC, ControlMethod, EngineState, Spec
 from omni_runtime import commands as cmd
 from omni_runtime import protocol as rp
 from omni_runtime.adapters import Prompt
+from omni_runtime.errors import ConfigError
 from omni_runtime.orchestrator import Orchestrator, StepHook
-from omni_runtime.pipeline import Pipeline
+from omni_runtime.pipeline import Pipeline, require_pipeline
 
 Listener = Callable[[cmd.ClientMessage], None]
 
@@ -25,8 +26,10 @@ class Host:
 
     def __init__(self, pipeline: Pipeline, runtimes: Sequence[Sequence[rp.StageRuntime]], *, spec: Spec = SPEC,
                  on_step: StepHook | None = None) -> None:  # fmt: skip
+        pipeline = require_pipeline(pipeline, "Host")
         if [len(r) for r in runtimes] != [s.replicas for s in pipeline.stages]:
-            raise ValueError("need one runtime per replica of every stage")
+            want, got = [s.replicas for s in pipeline.stages], [len(r) for r in runtimes]
+            raise ConfigError(f"need one runtime per replica of every stage: replicas {want}, runtimes {got}")
         self.pipeline = pipeline
         self.orchestrator = Orchestrator(pipeline, spec=spec, on_step=on_step)
         self.runtimes = [list(r) for r in runtimes]
@@ -46,9 +49,11 @@ class Host:
         self.stop_runtimes: Callable[[], None] = self.shutdown_runtimes
         self.pending: deque[cmd.Command] = deque()
         self._executing = False
+        self.lost: set[tuple[int, int]] = set()  #: runtimes that raised in ``step``: never stepped again
+        self._sinks = [[self._sink(stage, replica) for replica in range(len(r))] for stage, r in enumerate(runtimes)]
         for stage, replicas in enumerate(self.runtimes):
             for replica, runtime in enumerate(replicas):
-                runtime.bind(self._sink(stage, replica))
+                runtime.bind(self._sinks[stage][replica])
 
     def _sink(self, stage: int, replica: int) -> rp.ReportSink:
         buffer = self.buffers[stage][replica]
@@ -113,10 +118,22 @@ class Host:
     def step_runtimes(self) -> bool:
         """Step every runtime once, in stage order; return whether any has work left."""
         busy = False
-        for replicas in self.runtimes:
-            for runtime in replicas:
-                busy = runtime.step() or busy
+        for stage, replicas in enumerate(self.runtimes):
+            for replica in range(len(replicas)):
+                busy = self.step(stage, replica) or busy
         return busy
+
+    def step(self, stage: int, replica: int) -> bool:
+        """Step one runtime; return whether it has work left. One that raises is lost (``ReplicaDied``)."""
+        if (stage, replica) in self.lost:
+            return False
+        try:
+            return self.runtimes[stage][replica].step()
+        except Exception as exc:  # outside code: the replica is gone, its requests fail, nothing hangs
+            self.lost.add((stage, replica))
+            self.history.append(f"runtime {stage}/{replica} raised in step: {type(exc).__name__}: {exc}")
+            self._sinks[stage][replica](rp.ReplicaDied())
+            return False
 
     def pump(self) -> bool:
         """One polling round: take reports, step the runtimes, take reports; return whether anything moved."""
@@ -146,14 +163,17 @@ class Host:
         kind = c.__class__
         if kind is cmd.Deliver:
             self._deliver(c.message)  # type: ignore[attr-defined]
-        elif kind is cmd.Dispatch:
-            self.runtimes[c.stage][c.replica].add_request(c.rid, c.stage_input)  # type: ignore[attr-defined]
-            self.wake(c.stage, c.replica)  # type: ignore[attr-defined]
-        elif kind is cmd.AbortAt:
-            self.runtimes[c.stage][c.replica].abort_requests(c.abort_id, c.req_ids)  # type: ignore[attr-defined]
-            self.wake(c.stage, c.replica)  # type: ignore[attr-defined]
-        elif kind is cmd.RpcCall:
-            self.runtimes[c.stage][c.replica].control(c.call_id, c.method, c.level, c.tags)  # type: ignore[attr-defined]
+        elif kind is cmd.Dispatch or kind is cmd.AbortAt or kind is cmd.RpcCall:
+            runtime = self.runtimes[c.stage][c.replica]  # type: ignore[attr-defined]
+            try:
+                if kind is cmd.Dispatch:
+                    runtime.add_request(c.rid, c.stage_input)  # type: ignore[attr-defined]
+                elif kind is cmd.AbortAt:
+                    runtime.abort_requests(c.abort_id, c.req_ids)  # type: ignore[attr-defined]
+                else:
+                    runtime.control(c.call_id, c.method, c.level, c.tags)  # type: ignore[attr-defined]
+            except Exception as exc:  # a runtime is outside code: its failure is answered, not propagated
+                self.execute(self.orchestrator.runtime_raised(c, f"{type(exc).__name__}: {exc}"))
             self.wake(c.stage, c.replica)  # type: ignore[attr-defined]
         elif kind is cmd.AbortAnswer:
             if c.call_id in self._unclaimed:  # type: ignore[attr-defined]

@@ -20,7 +20,7 @@ from omni_runtime import commands as cmd
 from omni_runtime import protocol as rp
 from omni_runtime.adapters import INPUT_ADAPTERS, OUTPUT_ADAPTERS, Prompt, companion_input
 from omni_runtime.errors import EngineNotRunning, OmniRuntimeError, RequestRefused
-from omni_runtime.pipeline import Pipeline
+from omni_runtime.pipeline import Pipeline, require_pipeline
 
 StepHook = Callable[[ev.Event | None, list[ob.Observation]], None]
 Commands = list[cmd.Command]
@@ -79,7 +79,7 @@ class Orchestrator:
     """Routes requests through a pipeline; every lifecycle decision is the ``Lifecycle``'s."""
 
     def __init__(self, pipeline: Pipeline, *, spec: Spec = SPEC, on_step: StepHook | None = None) -> None:
-        self.pipeline = pipeline
+        self.pipeline = pipeline = require_pipeline(pipeline, "Orchestrator")
         self.lifecycle = Lifecycle(pipeline.kinds, pipeline.final, pipeline.slots, spec=spec)
         self.on_step = on_step
         self.stats = Stats()
@@ -169,7 +169,7 @@ class Orchestrator:
         if (route is None or route.stage != stage or route.replica != replica or route.held is not None
                 or report.seq != route.next_seq):  # type: ignore[attr-defined]
             return self._request_report(stage, replica, report, kind)  # type: ignore[arg-type]
-        return self._in_order(rid, stage, report, route, kind)
+        return self._in_order(rid, stage, report, route, kind)  # type: ignore[arg-type]
 
     def _abort_result(self, stage: int, replica: int, report: rp.AbortResult) -> Commands:
         pending = self._aborts.get(report.abort_id)
@@ -208,7 +208,7 @@ class Orchestrator:
         out = self._in_order(rid, stage, report, route, kind)
         if route.held is None:  # the common case: nothing arrived early
             return out
-        while (route := self.routes.get(rid)) is not None and route.held and route.stage == stage:  # type: ignore[assignment]
+        while (route := self.routes.get(rid)) is not None and route.held and route.stage == stage:
             nxt = route.held.pop(route.next_seq, None)
             if nxt is None:
                 break
@@ -261,6 +261,29 @@ class Orchestrator:
             return []
         del self._rpcs[call_id]
         return self._feed(ev.RpcFailed(call_id, rpc.error) if rpc.error else ev.RpcDone(call_id))
+
+    def runtime_raised(self, command: cmd.Command, error: str) -> Commands:
+        """A runtime raised ``error`` while carrying out ``command``: answer as its report would have.
+
+        A dispatch it could not take fails that request (request-scoped, like ``Failed``); a
+        physical abort it could not carry out failed (the request runs on: nothing says it is
+        gone); a control RPC it could not run answers its caller with the error.
+        """
+        if isinstance(command, cmd.Dispatch):
+            route = self.routes.get(command.rid)
+            if route is None or (route.stage, route.replica) != (command.stage, command.replica):
+                return []
+            route.error = error
+            return self._feed(ev.StageFailed(command.rid, command.stage))
+        if isinstance(command, cmd.AbortAt):
+            pending = self._aborts.pop(command.abort_id, None)
+            out: Commands = []
+            for rid in sorted(pending[2]) if pending is not None else ():
+                out += self._feed(ev.AbortFailed(rid, command.stage))
+            return out
+        if isinstance(command, cmd.RpcCall):
+            return self._rpc_result(command.call_id, (command.stage, command.replica), error)
+        raise OmniRuntimeError(f"{type(command).__name__} is not carried out by a runtime")
 
     def _replica_died(self, stage: int, replica: int) -> Commands:
         if not self.live[stage][replica]:

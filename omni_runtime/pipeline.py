@@ -1,50 +1,94 @@
 """The pipeline description: stages, their kinds, final-output flags and input adapters.
 
-Loaded from TOML (``load_pipeline``); a malformed file raises ``PipelineError`` as
-``FILE:LINE: reason``.
+Built in Python (``Pipeline``, ``StageSpec``, ``simple_pipeline``: a bad argument raises ``ConfigError``)
+or loaded from TOML (``load_pipeline``: a malformed file raises ``PipelineError`` as ``FILE:LINE: reason``).
+Both are judged by the same field and pipeline checks below, so they give the same reasons.
 """
 
 from __future__ import annotations
 
+import difflib
+import os
 import re
 import tomllib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import attrs
 
 from omni_fsm import StageKind
-from omni_runtime.adapters import INPUT_ADAPTERS
-from omni_runtime.errors import PipelineError
+from omni_runtime.adapters import ADAPTER_KINDS, INPUT_ADAPTERS
+from omni_runtime.errors import ConfigError, PipelineError
+
+_STAGE_FIELDS: dict[str, type] = {"name": str, "kind": StageKind, "final": bool, "replicas": int, "max_running": int,
+                                  "adapter": str, "max_tokens": int, "steps": int}  # fmt: skip
+_PIPELINE_FIELDS: dict[str, type] = {"name": str, "capacity": int}
+_MINIMUM = {"replicas": 1, "max_running": 1, "max_tokens": 1, "steps": 1, "capacity": 0}
+_TYPE_WORDS = {str: "a string", bool: "true or false", int: "an integer", StageKind: "a StageKind"}
+
+
+def _field_problem(fields: dict[str, type], key: str, value: Any) -> str | None:
+    """Return why ``value`` is not a valid ``key`` of a stage or pipeline (``None``: it is)."""
+    want = fields[key]
+    if not isinstance(value, want) or (want is int and isinstance(value, bool)):
+        return f"{key} must be {_TYPE_WORDS[want]}, not {value!r}"
+    if isinstance(value, int) and want is int and value < _MINIMUM[key]:
+        return f"{key} must be at least {_MINIMUM[key]}"
+    if want is str and not value:
+        return f"{key} must not be empty"
+    if key == "adapter" and value not in INPUT_ADAPTERS:
+        return f"unknown adapter {value!r} (known: {', '.join(sorted(INPUT_ADAPTERS))})"
+    return None
+
+
+def _check_field(fields: dict[str, type], owner: str) -> Callable[[Any, Any, Any], None]:
+    """Return an attrs validator that raises ``ConfigError`` naming ``owner`` and the field."""
+
+    def check(instance: Any, attribute: Any, value: Any) -> None:
+        reason = _field_problem(fields, attribute.name, value)
+        if reason is not None:
+            raise ConfigError(f"{owner}: {reason}")
+
+    return check
+
+
+_stage_field = _check_field(_STAGE_FIELDS, "StageSpec")
+_pipeline_field = _check_field(_PIPELINE_FIELDS, "Pipeline")
 
 
 @attrs.frozen
 class StageSpec:
     """One logical stage: what it is and how many replicas serve it."""
 
-    name: str
-    kind: StageKind
-    final: bool = False
-    replicas: int = 1
-    max_running: int = 4  #: running slots of one replica
-    adapter: str = "prompt"  #: input adapter from the previous stage (``prompt`` for stage 0)
-    max_tokens: int = 8  #: AR: tokens generated at most (simulator)
-    steps: int = 4  #: diffusion: denoising steps (simulator)
+    name: str = attrs.field(validator=_stage_field)
+    kind: StageKind = attrs.field(validator=_stage_field)
+    final: bool = attrs.field(default=False, validator=_stage_field)
+    replicas: int = attrs.field(default=1, validator=_stage_field)
+    max_running: int = attrs.field(default=4, validator=_stage_field)  #: running slots of one replica
+    #: input adapter from the previous stage (``prompt`` for stage 0; see ``ADAPTER_KINDS``)
+    adapter: str = attrs.field(default="prompt", validator=_stage_field)
+    max_tokens: int = attrs.field(default=8, validator=_stage_field)  #: AR: tokens generated at most (simulator)
+    steps: int = attrs.field(default=4, validator=_stage_field)  #: diffusion: denoising steps (simulator)
+
+
+def _as_tuple(stages: Any) -> Any:
+    return tuple(stages) if isinstance(stages, list) else stages
 
 
 @attrs.frozen
 class Pipeline:
     """An ordered list of stages; the last one is a final-output stage."""
 
-    stages: tuple[StageSpec, ...]
-    name: str = "pipeline"
-    capacity: int = 0  #: running slots per stage seen by the lifecycle (0: derived)
+    stages: tuple[StageSpec, ...] = attrs.field(converter=_as_tuple)
+    name: str = attrs.field(default="pipeline", validator=_pipeline_field)
+    capacity: int = attrs.field(default=0, validator=_pipeline_field)  #: lifecycle slots per stage (0: derived)
 
     def __attrs_post_init__(self) -> None:
-        if not self.stages:
-            raise ValueError("a pipeline needs at least one stage")
-        if not self.stages[-1].final:
-            raise ValueError("the last stage must be a final-output stage")
+        problem = _pipeline_problem(self.stages)
+        if problem is not None:
+            stage, _, reason = problem
+            where = "" if stage is None else f"stage {stage} ({self.stages[stage].name!r}): "
+            raise ConfigError(f"Pipeline: {where}{reason}")
 
     @property
     def kinds(self) -> tuple[StageKind, ...]:
@@ -62,100 +106,181 @@ class Pipeline:
         return self.capacity or 2 * max(s.replicas * s.max_running for s in self.stages)
 
 
+def fitting_adapters(upstream: StageKind | None, kind: StageKind) -> list[str]:
+    """Return the input adapters that feed a ``kind`` stage from an ``upstream`` stage (``None``: the prompt)."""
+    return [name for name, (source, feeds) in ADAPTER_KINDS.items() if source is upstream and kind in feeds]
+
+
+def _adapter_problem(i: int, spec: StageSpec, upstream: StageSpec | None) -> str | None:
+    """Return why stage ``i``'s adapter does not fit its kind and its upstream stage's kind (``None``: it fits)."""
+    fits = fitting_adapters(upstream.kind if upstream else None, spec.kind)
+    if spec.adapter in fits:
+        return None
+    if upstream is None:
+        return "stage 0 takes the client's prompt: adapter = 'prompt'"
+    route = f"stage {i} (kind {spec.kind.value!r}) from stage {i - 1} (kind {upstream.kind.value!r})"
+    if not fits:
+        return f"no input adapter can feed {route}"
+    return f"adapter {spec.adapter!r} cannot feed {route}: use adapter = {fits[0]!r}"
+
+
+def _pipeline_problem(stages: Any) -> tuple[int | None, str | None, str] | None:
+    """Return ``(stage, key, reason)`` for the first thing wrong with ``stages`` as a whole, or ``None``."""
+    if not isinstance(stages, tuple) or not all(isinstance(s, StageSpec) for s in stages):
+        return None, None, f"stages must be a tuple of StageSpec, not {stages!r}"
+    if not stages:
+        return None, None, "a pipeline needs at least one stage"
+    first: dict[str, int] = {}
+    for i, spec in enumerate(stages):
+        if spec.name in first:
+            return i, "name", f"stage name {spec.name!r} is already used by stage {first[spec.name]}"
+        first[spec.name] = i
+        reason = _adapter_problem(i, spec, stages[i - 1] if i else None)
+        if reason is not None:
+            return i, "adapter", reason
+    if not stages[-1].final:
+        return len(stages) - 1, "final", "the last stage must have final = true"
+    return None
+
+
+def require_pipeline(pipeline: Any, who: str) -> Pipeline:
+    """Return ``pipeline`` if it is a ``Pipeline``; raise ``ConfigError`` naming the caller ``who`` otherwise."""
+    if isinstance(pipeline, Pipeline):
+        return pipeline
+    hint = " (read a TOML file with load_pipeline(path))" if isinstance(pipeline, str | os.PathLike) else ""
+    raise ConfigError(f"{who} wants a Pipeline, not {type(pipeline).__name__} {pipeline!r}{hint}")
+
+
 def simple_pipeline(kinds: Sequence[StageKind], final: Sequence[bool] | None = None, replicas: int = 1,
                     max_running: int = 4, max_tokens: int = 6, steps: int = 3) -> Pipeline:  # fmt: skip
-    """Return a pipeline of the given kinds with default adapters (for tests and benchmarks)."""
+    """Return a pipeline of the given kinds with fitting adapters (for tests and benchmarks)."""
+    kinds = tuple(kinds)
     final = tuple(final) if final is not None else tuple(i == len(kinds) - 1 for i in range(len(kinds)))
-    stages = []
+    if len(final) != len(kinds):
+        raise ConfigError(f"simple_pipeline: {len(kinds)} kinds but {len(final)} final flags")
+    stages: list[StageSpec] = []
     for i, kind in enumerate(kinds):
-        adapter = "prompt" if i == 0 else ("ar2diffusion" if kind is StageKind.DIFFUSION else "ar2ar")
+        fits = fitting_adapters(kinds[i - 1] if i else None, kind) if isinstance(kind, StageKind) else []
+        adapter = fits[0] if fits else "prompt"  # no fitting adapter: Pipeline names the stage
         stages.append(StageSpec(f"s{i}", kind, final[i], replicas, max_running, adapter, max_tokens, steps))
     return Pipeline(tuple(stages))
 
 
 # -- TOML ----------------------------------------------------------------------------------
 
-_STAGE_KEYS: dict[str, type] = {"name": str, "kind": str, "final": bool, "replicas": int, "max_running": int,
-                                "adapter": str, "max_tokens": int, "steps": int}  # fmt: skip
+_HEADER = re.compile(r"""\s*(\[\[?)\s*([\w.\-"' ]+?)\s*\]\]?\s*(#.*)?$""")
 
 
-def _locate(text: str, stage: int | None, key: str | None) -> int:
-    """Return the line of ``key`` in the ``stage``-th ``[[stages]]`` table (or of the table itself)."""
-    lines = text.splitlines()
-    headers = [i for i, line in enumerate(lines) if re.match(r"\s*\[\[\s*stages\s*\]\]", line)]
-    if stage is None or stage >= len(headers):
-        start, end = 0, len(lines)
-        if key is None:
-            return 1
+def _key_line(key: str) -> re.Pattern[str]:
+    k = re.escape(key)
+    return re.compile(rf"""\s*(?:{k}|"{k}"|'{k}')\s*[=.]""")
+
+
+def _locate(text: str, table: str | None, index: int = 0, key: str | None = None) -> int:
+    """Return the line of ``key`` in the ``index``-th ``[table]`` (``None``: the root), or of the table itself."""
+    lines = text.split("\n")  # as tomllib counts lines
+    headers = []
+    for i, line in enumerate(lines):
+        match = _HEADER.match(line)
+        if match:
+            headers.append((i, re.sub(r"""[\s"']""", "", match.group(2))))
+    if table is None:
+        start, body = 0, 0
     else:
-        start = headers[stage]
-        end = headers[stage + 1] if stage + 1 < len(headers) else len(lines)
-    if key is not None:
-        for i in range(start, end):
-            if re.match(rf"\s*{re.escape(key)}\s*=", lines[i]):
-                return i + 1
+        mine = [i for i, name in headers if name == table]
+        if index >= len(mine):  # written another way (an inline table, dotted keys): find it at the root
+            return _locate(text, None, 0, table)
+        start = mine[index]
+        body = start + 1
+    end = next((i for i, _ in headers if i > start), len(lines))
+    if key is None:
+        return start + 1
+    pattern = _key_line(key)
+    for i in range(body, end):
+        if pattern.match(lines[i]):
+            return i + 1
+    sub = key if table is None else f"{table}.{key}"  # a sub-table: [table.key] or [table.key.more]
+    for i, name in headers:
+        if i >= start and (name == sub or name.startswith(sub + ".")):
+            return i + 1
     return start + 1
 
 
-def load_pipeline(path: str) -> Pipeline:
+def load_pipeline(path: str | os.PathLike[str]) -> Pipeline:
     """Return the pipeline described by the TOML file at ``path``; raise ``PipelineError``."""
     try:
-        with open(path, encoding="utf-8") as fh:
-            text = fh.read()
+        with open(path, "rb") as fh:
+            data = fh.read()
     except OSError as exc:
-        raise PipelineError(path, 0, f"cannot read: {exc.strerror}") from None
-    return parse_pipeline(text, path)
+        raise PipelineError(str(path), 0, f"cannot read: {exc.strerror or exc}") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise PipelineError(str(path), line, f"not UTF-8 text (byte 0x{data[exc.start]:02x})") from None
+    return parse_pipeline(text, str(path))
 
 
 def parse_pipeline(text: str, path: str = "<pipeline>") -> Pipeline:
     """Return the pipeline described by TOML ``text``; raise ``PipelineError`` naming ``path``."""
+    if not isinstance(text, str):
+        raise ConfigError(f"parse_pipeline wants the TOML text as str, not {type(text).__name__}")
     try:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         match = re.search(r"line (\d+)", str(exc))
         line = int(match.group(1)) if match else max(1, len(text.splitlines()))  # 'at end of document'
         raise PipelineError(path, line, f"invalid TOML: {exc}") from None
-    head: dict[str, Any] = doc.get("pipeline", {})
+    for key, value in doc.items():
+        if key not in ("pipeline", "stages"):
+            what = "table" if isinstance(value, dict) else "key"
+            raise PipelineError(path, _locate(text, None, key=key),
+                                f"unknown top-level {what} {key!r} (known: [pipeline], [[stages]])")  # fmt: skip
+    head: Any = doc.get("pipeline", {})
     if not isinstance(head, dict):
-        raise PipelineError(path, _locate(text, None, "pipeline"), "'pipeline' must be a table")
+        raise PipelineError(path, _locate(text, None, key="pipeline"), "'pipeline' must be a table: [pipeline]")
+    for key, value in head.items():
+        reason = _unknown(key, _PIPELINE_FIELDS, "[pipeline] key") or _field_problem(_PIPELINE_FIELDS, key, value)
+        if reason is not None:
+            raise PipelineError(path, _locate(text, "pipeline", key=key), reason)
     raw = doc.get("stages")
     if not isinstance(raw, list) or not raw:
-        raise PipelineError(path, 1, "need at least one [[stages]] table")
-    stages = [_stage(text, path, i, entry) for i, entry in enumerate(raw)]
-    if not stages[-1].final:
-        raise PipelineError(path, _locate(text, len(stages) - 1, "final"), "the last stage must have final = true")
-    if stages[0].adapter != "prompt":
-        raise PipelineError(path, _locate(text, 0, "adapter"), "stage 0 takes the client's prompt: adapter = 'prompt'")
-    capacity = head.get("capacity", 0)
-    if not isinstance(capacity, int) or isinstance(capacity, bool) or capacity < 0:
-        raise PipelineError(path, _locate(text, None, "capacity"), "capacity must be a non-negative integer")
-    name = head.get("name", "pipeline")
-    return Pipeline(tuple(stages), str(name), capacity)
+        line = _locate(text, None, key="stages") if "stages" in doc else 1
+        raise PipelineError(path, line, "need at least one [[stages]] table")
+    stages = tuple(_stage(text, path, i, entry) for i, entry in enumerate(raw))
+    problem = _pipeline_problem(stages)
+    if problem is not None:
+        stage, field, reason = problem
+        raise PipelineError(path, _locate(text, "stages", stage or 0, field), reason)
+    return Pipeline(stages, head.get("name", "pipeline"), head.get("capacity", 0))
+
+
+def _unknown(key: str, fields: dict[str, type], what: str) -> str | None:
+    if key in fields:
+        return None
+    close = difflib.get_close_matches(key, fields, n=1)
+    hint = f"did you mean {close[0]!r}?" if close else f"known: {', '.join(fields)}"
+    return f"unknown {what} {key!r} ({hint})"
 
 
 def _stage(text: str, path: str, i: int, entry: Any) -> StageSpec:
     if not isinstance(entry, dict):
-        raise PipelineError(path, _locate(text, i, None), "a stage must be a table")
+        raise PipelineError(path, _locate(text, "stages", i), "a stage must be a table")
+    fields = dict(entry)
     for key, value in entry.items():
-        want = _STAGE_KEYS.get(key)
-        if want is None:
-            raise PipelineError(path, _locate(text, i, key), f"unknown stage key {key!r}")
-        if not isinstance(value, want) or (want is int and isinstance(value, bool)):
-            raise PipelineError(path, _locate(text, i, key), f"{key} must be {want.__name__}")
-        if want is int and value < 1:
-            raise PipelineError(path, _locate(text, i, key), f"{key} must be at least 1")
-    if "kind" not in entry:
-        raise PipelineError(path, _locate(text, i, None), "stage needs a kind ('ar' or 'diffusion')")
-    try:
-        kind = StageKind(entry["kind"])
-    except ValueError:
-        raise PipelineError(path, _locate(text, i, "kind"), f"unknown kind {entry['kind']!r}") from None
-    adapter = entry.get("adapter", "prompt" if i == 0 else None)
-    if adapter is None:
-        raise PipelineError(path, _locate(text, i, None), "a later stage needs an input adapter")
-    if adapter not in INPUT_ADAPTERS:
-        raise PipelineError(path, _locate(text, i, "adapter"),
-                            f"unknown adapter {adapter!r} (known: {', '.join(sorted(INPUT_ADAPTERS))})")  # fmt: skip
-    fields = {k: v for k, v in entry.items() if k not in ("kind", "adapter")}
+        reason = _unknown(key, _STAGE_FIELDS, "stage key")
+        if reason is None and key == "kind":
+            try:
+                fields["kind"] = StageKind(value)
+            except ValueError:
+                known = " or ".join(repr(k.value) for k in StageKind)
+                reason = f"unknown kind {value!r} (known: {known})"
+        reason = reason or _field_problem(_STAGE_FIELDS, key, fields[key])
+        if reason is not None:
+            raise PipelineError(path, _locate(text, "stages", i, key), reason)
+    if "kind" not in fields:
+        raise PipelineError(path, _locate(text, "stages", i), "stage needs a kind ('ar' or 'diffusion')")
+    if i > 0 and "adapter" not in fields:
+        raise PipelineError(path, _locate(text, "stages", i), "a later stage needs an input adapter")
     fields.setdefault("name", f"stage{i}")
-    return StageSpec(kind=kind, adapter=adapter, **fields)
+    return StageSpec(**fields)

@@ -15,7 +15,7 @@ from omni_runtime.commands import ClientMessage
 from omni_runtime.errors import OmniRuntimeError, RpcError
 from omni_runtime.host import Host, Listener
 from omni_runtime.orchestrator import StepHook
-from omni_runtime.pipeline import Pipeline
+from omni_runtime.pipeline import Pipeline, require_pipeline
 
 
 class Engine:
@@ -24,6 +24,7 @@ class Engine:
     def __init__(self, pipeline: Pipeline, runtimes: Sequence[Sequence[rp.StageRuntime]] | None = None, *,
                  seed: int = 0, spec: Spec = SPEC, on_step: StepHook | None = None,
                  max_idle_rounds: int = 1000) -> None:  # fmt: skip
+        pipeline = require_pipeline(pipeline, "Engine")
         if runtimes is None:
             from omni_runtime.sim import sim_runtimes
 

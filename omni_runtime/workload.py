@@ -11,6 +11,7 @@ import random
 import time
 from collections import Counter
 from collections.abc import Callable
+from typing import Any
 
 import attrs
 
@@ -21,22 +22,58 @@ from omni_fsm.invariants import CHECKS, Monitor
 from omni_fsm.trace import TraceWriter
 from omni_runtime.adapters import Prompt
 from omni_runtime.driver import AsyncEngine
-from omni_runtime.errors import RpcError
-from omni_runtime.pipeline import Pipeline
+from omni_runtime.errors import ConfigError, RpcError
+from omni_runtime.pipeline import Pipeline, require_pipeline
 from omni_runtime.sim import SimConfig, sim_runtimes
+
+
+def _at_least(minimum: int) -> Callable[[Any, Any, Any], None]:
+    def check(options: Any, attribute: Any, value: Any) -> None:
+        if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+            raise ConfigError(f"WorkloadOptions: {attribute.name} must be an integer >= {minimum}, not {value!r}")
+
+    return check
+
+
+def _rate(options: Any, attribute: Any, value: Any) -> None:
+    if not isinstance(value, int | float) or isinstance(value, bool) or not 0.0 <= value <= 1.0:
+        raise ConfigError(f"WorkloadOptions: {attribute.name} must be a number within [0, 1], not {value!r}")
+
+
+def _deaths(options: Any, attribute: Any, value: Any) -> None:
+    if value is not None:
+        _at_least(0)(options, attribute, value)
+
+
+def _loop(options: Any, attribute: Any, value: Any) -> None:
+    if value not in ("event", "poll"):
+        raise ConfigError(f"WorkloadOptions: loop must be 'event' or 'poll', not {value!r}")
+
+
+def _seed(options: Any, attribute: Any, value: Any) -> None:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ConfigError(f"WorkloadOptions: seed must be an integer, not {value!r}")
 
 
 @attrs.frozen
 class WorkloadOptions:
-    requests: int = 300
-    concurrency: int = 32
-    abort_rate: float = 0.2
-    fault_rate: float = 0.05
-    parallel_rate: float = 0.15
-    companion_rate: float = 0.15
-    replica_deaths: int = 1
-    seed: int = 0
-    loop: str = "event"
+    """What ``run_demo`` does; a bad value raises ``ConfigError``."""
+
+    requests: int = attrs.field(default=300, validator=_at_least(0))
+    concurrency: int = attrs.field(default=32, validator=_at_least(1))  #: requests in flight at most
+    abort_rate: float = attrs.field(default=0.2, validator=_rate)
+    fault_rate: float = attrs.field(default=0.05, validator=_rate)
+    parallel_rate: float = attrs.field(default=0.15, validator=_rate)  #: share of requests with n=2
+    companion_rate: float = attrs.field(default=0.15, validator=_rate)  #: share with one CFG companion
+    #: replicas that die (at most one per stage of several replicas); ``None``: one if any stage has several
+    replica_deaths: int | None = attrs.field(default=None, validator=_deaths)
+    seed: int = attrs.field(default=0, validator=_seed)
+    loop: str = attrs.field(default="event", validator=_loop)
+
+    def __attrs_post_init__(self) -> None:
+        if self.parallel_rate + self.companion_rate > 1.0:  # a request has n=2 or a companion, not both
+            raise ConfigError("WorkloadOptions: parallel_rate + companion_rate must be at most 1, "
+                              f"not {self.parallel_rate} + {self.companion_rate}")  # fmt: skip
 
 
 @attrs.define
@@ -75,15 +112,32 @@ class _Tally:
                 self.outcomes[f"{o.outcome.value if o.outcome else None}/{o.reason}"] += 1
 
 
+def _death_slots(pipeline: Pipeline) -> list[tuple[int, int, int]]:
+    """Return (stage, replica, at step) for the last replica of every stage that has several."""
+    return [(s, spec.replicas - 1, 30 + 25 * s) for s, spec in enumerate(pipeline.stages) if spec.replicas > 1]
+
+
+def max_replica_deaths(pipeline: Pipeline) -> int:
+    """Return how many replicas can die in the demo: one per stage that has several."""
+    return len(_death_slots(pipeline))
+
+
 def sim_config(pipeline: Pipeline, options: WorkloadOptions) -> SimConfig:
     """Return the simulator's faults for the demo: every fault at the rate, a few replica deaths."""
-    deaths = [(s, spec.replicas - 1, 30 + 25 * s) for s, spec in enumerate(pipeline.stages) if spec.replicas > 1]
-    return attrs.evolve(SimConfig.faulty(options.fault_rate), replica_deaths=tuple(deaths[: options.replica_deaths]))
+    slots = _death_slots(pipeline)
+    deaths = min(1, len(slots)) if options.replica_deaths is None else options.replica_deaths
+    if deaths > len(slots):
+        raise ConfigError(f"{deaths} replica deaths asked, but {pipeline.name} has {len(slots)} stage(s) "
+                          "with more than one replica (at most one dies per stage)")  # fmt: skip
+    return attrs.evolve(SimConfig.faulty(options.fault_rate), replica_deaths=tuple(slots[:deaths]))
 
 
 async def run_demo(pipeline: Pipeline, options: WorkloadOptions, trace_path: str,
                    progress: Callable[[int], None] | None = None) -> DemoReport:  # fmt: skip
     """Run the workload on the simulator; return the summary (the trace is written to ``trace_path``)."""
+    pipeline = require_pipeline(pipeline, "run_demo")
+    if not isinstance(options, WorkloadOptions):
+        raise ConfigError(f"run_demo wants WorkloadOptions, not {type(options).__name__}")
     started = time.perf_counter()
     monitor = Monitor(pipeline.kinds, pipeline.final, pipeline.slots)
     tally = _Tally(len(pipeline.stages))

@@ -21,7 +21,8 @@ import attrs
 from omni_fsm import observations as ob
 
 Step = tuple[Any, Sequence[ob.Observation]]
-Stream = tuple[int, int]  #: (client request id, sample index; -1: the request's own messages)
+Stream = tuple[int, int]  #: (client request id, sample index; -1: the request's own messages; ABORTS)
+ABORTS = -2  #: the stream of a request's abort answers
 
 
 @attrs.frozen
@@ -34,13 +35,19 @@ class DifferentialCheck:
     run: Callable[[Iterable[Step], Iterable[Step]], list[str]]
 
 
-def client_streams(history: Iterable[Step]) -> dict[Stream, list[ob.Emitted]]:
-    """Return every client-visible message of ``history``, per request and sample, in order."""
-    streams: dict[Stream, list[ob.Emitted]] = {}
+def client_streams(history: Iterable[Step]) -> dict[Stream, list[ob.Observation]]:
+    """Return every client-visible message of ``history``, per request and sample, in order.
+
+    Messages (``Emitted``) go to the stream of their request and sample; answers to abort calls
+    (``AbortAnswered``) to their request's stream ``(rid, ABORTS)``.
+    """
+    streams: dict[Stream, list[ob.Observation]] = {}
     for _, observations in history:
         for o in observations:
             if isinstance(o, ob.Emitted):
                 streams.setdefault((o.rid, -1 if o.finished else o.sample), []).append(o)
+            elif isinstance(o, ob.AbortAnswered):
+                streams.setdefault((o.rid, ABORTS), []).append(o)
     return streams
 
 
@@ -53,7 +60,8 @@ def same_client_streams(first: Iterable[Step], second: Iterable[Step]) -> list[s
         if left == right:
             continue
         rid, sample = stream
-        where = f"request {rid}" + (f" sample {sample}" if sample >= 0 else "")
+        part = f" sample {sample}" if sample >= 0 else " abort answers" if sample == ABORTS else ""
+        where = f"request {rid}{part}"
         at = next((i for i, (x, y) in enumerate(zip(left, right, strict=False)) if x != y), min(len(left), len(right)))
         shown = [s[at] if at < len(s) else "nothing" for s in (left, right)]
         problems.append(f"ORCH-INV-303: {where}, message {at}: {shown[0]} on one loop, {shown[1]} on the other")
@@ -68,4 +76,4 @@ DIFFERENTIAL_CHECKS: dict[str, DifferentialCheck] = {
     ),
 }  # fmt: skip
 
-__all__ = ["DIFFERENTIAL_CHECKS", "DifferentialCheck", "Step", "client_streams", "same_client_streams"]
+__all__ = ["ABORTS", "DIFFERENTIAL_CHECKS", "DifferentialCheck", "Step", "client_streams", "same_client_streams"]

@@ -21,7 +21,7 @@ class ConformanceItem(pytest.Item):
 
         check_runtime(load_factory(self.spec))
 
-    def repr_failure(self, excinfo, style=None):  # type: ignore[no-untyped-def,override]
+    def repr_failure(self, excinfo, style=None):  # type: ignore[no-untyped-def]
         if isinstance(excinfo.value, ConformanceError):
             return f"runtime {self.spec} breaks its protocol: {excinfo.value}"
         return super().repr_failure(excinfo)

@@ -71,11 +71,14 @@ def test_b9_engine_death_leaves_requests_hanging():
 
 
 def test_b5_abort_from_a_waiting_substate_never_lands():
-    """B5 (vllm-omni#2848): abort of a request waiting for a chunk never reaches the scheduler."""
+    """B5 (vllm-omni#2848): abort of a request waiting for a chunk never reaches the scheduler.
+
+    The stage's abort result then commits an abort that was never sent to it (ORCH-INV-202).
+    """
     faulty = attrs.evolve(SPEC, rows=_without(SPEC.rows, ReqState.WAITING_FOR_CHUNK, ev.Abort, Effect.SEND_ABORT))
-    events = [ev.Submit(0), ev.Scheduled(0, 0), ev.AwaitChunk(0, 0), ev.Abort(0)]
-    assert "ORCH-INV-101" in _violated(faulty, events)
-    assert _violated(SPEC, [*events, ev.AbortDone(0, 0)]) == set()
+    events = [ev.Submit(0), ev.Scheduled(0, 0), ev.AwaitChunk(0, 0), ev.Abort(0), ev.AbortDone(0, 0)]
+    assert "ORCH-INV-202" in _violated(faulty, events)
+    assert _violated(SPEC, events) == set()
 
 
 def test_b8_commit_before_physical_abort():

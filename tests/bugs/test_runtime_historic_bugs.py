@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
+import attrs
 import pytest
 from faulty_runtimes import DoubleFinish, OutputAfterAbort
 from helpers import demo_pipeline, monitor_for
@@ -48,12 +51,49 @@ def test_b6_zombie_outputs_after_abort_are_dropped_and_flagged():
         check_runtime(OutputAfterAbort, shrink=False)
 
 
+B10_SEED, B10_CONFIG = 3, SimConfig.legal(0.2)  #: the seed makes the simulator duplicate some reports
+
+
+class _RecordedDoubleFinish(DoubleFinish):
+    """B10's runtime over a simulator that also duplicates reports (``SimConfig.duplicate``); keeps what it sent."""
+
+    def __init__(self, spec, stage, replica, rpc_fails):
+        super().__init__(spec, stage, replica, rpc_fails, attrs.evolve(B10_CONFIG, duplicate=0.3), B10_SEED)
+        self.sent: list[rp.Report] = []
+
+    def bind(self, sink):
+        def recording(report):
+            self.sent.append(report)
+            sink(report)
+
+        super().bind(recording)
+
+
 def test_b10_duplicate_completion_is_tolerated_and_flagged():
-    """B10 (vllm-omni#5983): a late duplicate completion never breaks delivery for others."""
+    """B10 (vllm-omni#5983): a late duplicate completion never breaks delivery for others.
+
+    Every completion is sent twice and, with a fixed seed, the simulator duplicates some other
+    reports too: each copy is dropped and counted, and the client sees exactly what it sees
+    without any duplicate.
+    """
     pipeline = demo_pipeline()
-    engine, monitor = _engine(pipeline, _wrapped(pipeline, DoubleFinish))
+    clean = Engine(pipeline, sim_runtimes(pipeline, B10_SEED, B10_CONFIG))
+    expected = [clean.generate(Prompt()) for _ in range(4)]
+    runtimes = _wrapped(pipeline, _RecordedDoubleFinish)
+    engine, monitor = _engine(pipeline, runtimes)
     messages = [engine.generate(Prompt()) for _ in range(4)]
+    assert messages == expected
     assert all(ms[-1].finished and [m.finished for m in ms].count(True) == 1 for ms in messages)
+    extra = Counter({kind: 0 for kind in (rp.StatusChanged, rp.Output, rp.Finished, rp.Failed)})
+    for runtime in (runtime for replicas in runtimes for runtime in replicas):
+        copies = Counter((type(r), r.req_id, r.seq) for r in runtime.sent if isinstance(r, rp.RequestReport))
+        for (kind, _, _), count in copies.items():
+            extra[kind] += count - 1
+    assert extra[rp.Finished] >= sum(ms[-1].outcome is Outcome.FINISHED for ms in messages) > 0
+    assert extra[rp.StatusChanged] + extra[rp.Output] > 0
+    counters = engine.orchestrator.counters()
+    assert counters["duplicates"] == extra[rp.StatusChanged] + extra[rp.Output]
+    assert counters["dropped_stale"] + counters["dropped_unknown"] == extra[rp.Finished] + extra[rp.Failed]
     assert monitor.finish() == [] and monitor.violations == []
     with pytest.raises(ConformanceError, match="ORCH-INV-101"):
         check_runtime(DoubleFinish, shrink=False)
@@ -69,16 +109,25 @@ def test_b4_parked_requests_never_deadlock_admission():
 
 
 def test_b8_ar_abort_delivers_the_generated_prefix():
-    """B8 (vllm-omni#6367): an AR abort at a final-output stage carries the prefix the client already saw."""
+    """B8 (vllm-omni#6367): an AR abort at a final-output stage carries the prefix the client already saw.
+
+    Seed 1 makes request 0 generate 8 tokens in 5 streamed messages; the abort lands after the
+    second one (4 tokens), so it certainly cuts the request short.
+    """
     pipeline = simple_pipeline([StageKind.AR], max_tokens=8)
-    engine, monitor = _engine(pipeline, sim_runtimes(pipeline, 9))
+    full = Engine(pipeline, sim_runtimes(pipeline, 1)).generate(Prompt(max_tokens=8))
+    assert full[-1].outcome is Outcome.FINISHED and len(full) > 3  # the seed still gives a long request
+    engine, monitor = _engine(pipeline, sim_runtimes(pipeline, 1))
     rid = engine.submit(Prompt(max_tokens=8))
     seen = []
     for message in engine.outputs(rid):
         seen.append(message)
-        if len(seen) == 2 and not message.finished:
-            engine.abort(rid)
-    if seen[-1].outcome is Outcome.ABORTED:
-        streamed = tuple(t for m in seen[:-1] for t in m.data)
-        assert seen[-1].data == streamed and seen[-1].cumulative == len(streamed)
+        if len(seen) == 2:
+            assert not message.finished
+            assert engine.abort(rid)
+    streamed = tuple(t for m in seen[:-1] for t in m.data)
+    assert [m.finished for m in seen] == [False, False, True]
+    assert seen[-1].outcome is Outcome.ABORTED
+    assert streamed == tuple(t for m in full[:2] for t in m.data) and len(streamed) < len(full[-1].data)
+    assert seen[-1].data == streamed and seen[-1].cumulative == len(streamed)
     assert monitor.finish() == [] and monitor.violations == []

@@ -40,3 +40,12 @@ def test_samples_interleave_freely_but_each_sample_stream_must_match():
 
 def test_the_check_is_registered_for_orch_inv_303():
     assert DIFFERENTIAL_CHECKS["same_client_streams"].invariant == "ORCH-INV-303"
+
+
+def test_abort_answers_are_compared_per_request():
+    yes, no = ob.AbortAnswered(0, True), ob.AbortAnswered(0, False)
+    first = [(ev.Abort(0), [ob.AbortRequested(0), yes])]
+    second = [(ev.Abort(0), [ob.AbortRequested(0), no])]
+    assert same_client_streams(first, first) == []
+    assert same_client_streams(first, second) == [
+        f"ORCH-INV-303: request 0 abort answers, message 0: {yes} on one loop, {no} on the other"]

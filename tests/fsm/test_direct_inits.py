@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import typing
 from typing import Any
 
 import attrs
@@ -93,3 +94,10 @@ def test_a_class_with_a_factory_default_keeps_attrs_init() -> None:
 
     assert direct_inits(Listed) == 0
     assert Listed().items == [] and Listed().items is not Listed().items
+
+
+@pytest.mark.parametrize("cls", VALUE_CLASSES, ids=lambda c: c.__qualname__)
+def test_direct_init_annotations_resolve(cls: type) -> None:
+    hints = typing.get_type_hints(cls.__init__)
+    assert set(hints) == {f.name for f in attrs.fields(cls)} | {"return"}
+    assert cls.__init__.__module__ == cls.__module__

@@ -118,13 +118,18 @@ def test_explorer_catches_a_silent_empty_terminal_b13(monkeypatch: pytest.Monkey
 
 
 def test_counterexample_is_shortest_and_replays_as_a_trace_check_rejects(tmp_path: Any, capsys: Any) -> None:
-    bound = Bound(requests=1, stages=1, families=SMALL)
-    report = explore(bound, spec=faults.b6_zombie_after_abort())
+    bound, spec = Bound(requests=1, stages=1, families=SMALL), faults.b6_zombie_after_abort()
+    report = explore(bound, spec=spec)
     cx = next(c for c in report.violations if c.invariant == "ORCH-INV-100")
     assert [type(e).__name__ for e in cx.events] == ["Submit", "Abort", "AbortDone", "Scheduled"]
     path = tmp_path / "cx.trace.jsonl"
-    write_counterexample(path, bound, cx)
-    assert cli_main(["check", str(path)]) == 0  # the real core, replayed, does not misbehave
+    write_counterexample(path, bound, cx, spec)  # replayed on the faulty table the explorer ran
+    lines = path.read_text().splitlines()
+    assert lines[-1] == '{"end":true}'  # a complete trace: nothing cut off
+    capsys.readouterr()
+    assert cli_main(["check", str(path)]) == 1
+    scheduled = next(i for i, line in enumerate(lines, 1) if line.startswith('{"in":"scheduled"'))
+    assert f"{path}:{scheduled}: ORCH-INV-100 " in capsys.readouterr().out  # the zombie step, named as found
 
 
 def test_explore_cli_prints_the_report_and_exits_zero(capsys: Any, tmp_path: Any) -> None:

@@ -1,5 +1,6 @@
 """``omni-fsm check``: exit 0 clean, 1 violations (with invariant, request, line, context),
-2 malformed input (``FILE:LINE: reason``), 3 internal error; and the documented example runs."""
+2 malformed input (``FILE:LINE: reason``), 3 internal error, 4 incomplete (no end marker, unless
+``--allow-incomplete``); and the documented example runs."""
 
 from __future__ import annotations
 
@@ -90,12 +91,71 @@ def test_end_marker_applies_end_of_history_rules(tmp_path: Path, capsys: pytest.
     steps = drive(ev.Submit(1), ev.Scheduled(1, 0))
     path = tmp_path / "open.jsonl"
     write_trace(path, KINDS, FINAL, 2, steps, complete=False)
-    assert run(capsys, str(path))[0] == 0
+    assert run(capsys, str(path), "--allow-incomplete")[0] == 0
     write_trace(path, KINDS, FINAL, 2, steps, complete=True)
     code, out, _ = run(capsys, str(path))
     assert code == 1
     assert f"{path}:7: ORCH-INV-101 (one_terminal_per_request) request 1: 0 terminals at the end" in out
     assert f"{path}:7: ORCH-INV-208 (no_state_after_terminal) request 1: state still kept at the end" in out
+
+
+# -- incomplete traces: no end marker ------------------------------------------------------------
+
+MISSING_END = (': incomplete trace: no end marker {"end": true} after the last line '
+               "(cut off, or still being written); --allow-incomplete checks the steps present\n")
+NO_END = " (no end marker: end-of-history rules not applied)\n"
+
+
+def test_cut_off_trace_exits_4_naming_the_missing_end_marker(tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+    path = tmp_path / "cut.jsonl"
+    write_trace(path, KINDS, FINAL, 2, one_request_to_the_end()[:3], complete=False)
+    last = len(path.read_text().splitlines())
+    code, out, err = run(capsys, str(path))
+    assert (code, err) == (4, f"{path}:{last}{MISSING_END}")
+    assert out == f"{path}: 3 steps, 1 requests, 0 violations{NO_END}"
+
+
+def test_header_only_trace_exits_4_at_line_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "head.jsonl"
+    path.write_text(json.dumps(TraceHeader(KINDS, FINAL, 2).encode()) + "\n")
+    code, _, err = run(capsys, str(path))
+    assert (code, err) == (4, f"{path}:1{MISSING_END}")
+
+
+def test_header_and_end_marker_is_a_clean_empty_history(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "empty.jsonl"
+    write_trace(path, KINDS, FINAL, 2, [])
+    assert run(capsys, str(path)) == (0, f"{path}: 0 steps, 0 requests, 0 violations\n", "")
+
+
+def test_allow_incomplete_judges_the_steps_present(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "growing.jsonl"
+    write_trace(path, KINDS, FINAL, 2, one_request_to_the_end()[:3], complete=False)
+    code, out, err = run(capsys, str(path), "--allow-incomplete")
+    assert (code, err) == (0, "")
+    assert out.endswith(f"0 violations{NO_END}")
+    path.write_text(json.dumps(TraceHeader(KINDS, FINAL, 2).encode()) + "\n")  # header only
+    assert run(capsys, str(path), "--allow-incomplete") == (0, f"{path}: 0 steps, 0 requests, 0 violations{NO_END}", "")
+
+
+@pytest.mark.parametrize("allow", [False, True])
+def test_violations_in_a_cut_off_trace_exit_1(tmp_path: Path, capsys: pytest.CaptureFixture[str], allow: bool) -> None:
+    path = tmp_path / "cut.jsonl"
+    write_trace(path, KINDS, FINAL, 2, [(ev.Submit(1), [ob.Submitted(1), ob.Dispatched(1, 1)])], complete=False)
+    code, out, err = run(capsys, str(path), *(["--allow-incomplete"] if allow else []))
+    assert code == 1
+    assert "AR-INV-002" in out
+    assert err == ("" if allow else f"{path}:4{MISSING_END}")
+
+
+def test_allow_incomplete_changes_nothing_for_a_complete_trace(tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+    path = tmp_path / "open.jsonl"
+    write_trace(path, KINDS, FINAL, 2, drive(ev.Submit(1), ev.Scheduled(1, 0)))
+    code, out, _ = run(capsys, str(path), "--allow-incomplete")
+    assert code == 1
+    assert "ORCH-INV-101 (one_terminal_per_request) request 1: 0 terminals at the end" in out
 
 
 @pytest.mark.parametrize(("body", "line", "reason"), [

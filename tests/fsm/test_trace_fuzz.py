@@ -1,4 +1,4 @@
-"""The trace checker under fuzzing: whatever the bytes, ``omni-fsm check`` answers 0, 1 or 2,
+"""The trace checker under fuzzing: whatever the bytes, ``omni-fsm check`` answers 0, 1, 2 or 4,
 never 3 and never a traceback; and a history recorded from the ``Lifecycle`` core is never
 malformed and never breaks an invariant (the core is meant to be correct: a 1 is a finding).
 """
@@ -36,23 +36,26 @@ def trace_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("fuzz") / "trace.jsonl"
 
 
-def check(path: Path, data: bytes) -> tuple[int, str, str]:
+def check(path: Path, data: bytes, *options: str) -> tuple[int, str, str]:
     """Write ``data`` to ``path``; return ``omni-fsm check``'s exit code, stdout and stderr."""
     path.write_bytes(data)
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = cli_main(["check", str(path)])
+        code = cli_main(["check", str(path), *options])
     return code, out.getvalue(), err.getvalue()
 
 
 def assert_answered(path: Path, data: bytes) -> None:
-    """The checker answers 0, 1 or 2 (never 3, never a traceback); 2 as one ``FILE:LINE: reason``."""
+    """The checker answers 0, 1, 2 or 4 (never 3, never a traceback); 2 and 4 as one ``FILE:LINE: reason``."""
     code, out, err = check(path, data)
-    assert code in (0, 1, 2), err
+    assert code in (0, 1, 2, 4), err
     assert "Traceback" not in out + err
     if code == 2:
         assert re.fullmatch(rf"{re.escape(str(path))}:\d+: [^\n]+\n", err), err
         assert out == ""
+    if code == 4:
+        assert re.fullmatch(rf"{re.escape(str(path))}:\d+: incomplete trace: no end marker [^\n]+\n", err), err
+        assert "0 violations (no end marker" in out
 
 
 # -- arbitrary input -------------------------------------------------------------------------------
@@ -168,7 +171,7 @@ def test_recorded_histories_are_well_formed_and_clean(trace_path: Path, history:
     reader = read_trace(io.StringIO(buffer.getvalue()))
     assert [(step.event, list(step.outputs)) for step in reader] == steps
     assert reader.complete == complete
-    code, out, err = check(trace_path, buffer.getvalue().encode())
+    code, out, err = check(trace_path, buffer.getvalue().encode(), *([] if complete else ["--allow-incomplete"]))
     assert code != 2, f"a trace written from the core was called malformed: {err}"
     assert (code, err) == (0, ""), f"the monitor flags a history of the core:\n{out}"
 

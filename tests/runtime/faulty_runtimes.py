@@ -14,9 +14,9 @@ from omni_runtime.sim import SimConfig, sim_replica
 class _Wrapper:
     """Forwards everything to a simulated replica; subclasses bend one behaviour."""
 
-    def __init__(self, spec, stage, replica, rpc_fails, config=None):
+    def __init__(self, spec, stage, replica, rpc_fails, config=None, seed=3):
         base = config or attrs.evolve(SimConfig.legal(0.2), rpc_error=1.0 if rpc_fails else 0.0)
-        self.inner = sim_replica(spec, stage, replica, 3, base)
+        self.inner = sim_replica(spec, stage, replica, seed, base)
         self.sink = None
 
     def bind(self, sink):

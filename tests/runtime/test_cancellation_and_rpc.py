@@ -9,27 +9,33 @@ import pytest
 from helpers import demo_pipeline, monitor_for
 
 from omni_fsm import ControlMethod, Outcome
+from omni_fsm import events as ev
 from omni_fsm import observations as ob
 from omni_runtime import AsyncEngine, Engine, Prompt, RpcError
 from omni_runtime.sim import SimConfig, sim_runtimes
 
 
-def _recording_monitor(pipeline):
+def _recording_monitor(pipeline, rid=0):
+    """Return a monitor, the recorded steps, the hook, and an event set once ``rid``'s terminal was emitted."""
     monitor = monitor_for(pipeline)
     steps: list = []
+    ended = asyncio.Event()
 
     def on_step(event, outputs):
         monitor.step(event, outputs)
         steps.append((event, outputs))
+        if any(isinstance(o, ob.Emitted) and o.finished and o.rid == rid for o in outputs):
+            ended.set()
 
-    return monitor, steps, on_step
+    return monitor, steps, on_step, ended
 
 
 @pytest.mark.parametrize("loop", ["event", "poll"])
 @pytest.mark.parametrize("how", ["cancel", "break"])
 def test_consumer_that_stops_early_aborts_its_request(loop, how):
     pipeline = demo_pipeline()
-    monitor, steps, on_step = _recording_monitor(pipeline)
+    monitor, steps, on_step, ended = _recording_monitor(pipeline)
+    before_shutdown: list[int] = []
 
     async def main() -> None:
         engine = AsyncEngine(pipeline, sim_runtimes(pipeline, 5), loop=loop, on_step=on_step)
@@ -49,17 +55,27 @@ def test_consumer_that_stops_early_aborts_its_request(loop, how):
             task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
-        for _ in range(200):
-            if engine.host.orchestrator.idle():
-                break
-            await asyncio.sleep(0.001)
+        try:  # the abort alone must end the request: its terminal arrives while the engine still runs
+            await asyncio.wait_for(ended.wait(), timeout=10)
+        except TimeoutError:
+            pytest.fail(f"request 0 got no terminal within 10 s of its consumer stopping ({len(steps)} steps)")
+        before_shutdown.append(len(steps))
+        assert engine.host.orchestrator.idle()
         await engine.shutdown()
 
     asyncio.run(main())
-    observed = [o for _, outs in steps for o in outs]
+    (cut,) = before_shutdown
+    observed = [o for _, outs in steps[:cut] for o in outs]
     assert any(isinstance(o, ob.AbortRequested) and o.rid == 0 for o in observed)
-    (terminal,) = [o for o in observed if isinstance(o, ob.Emitted) and o.finished and o.rid == 0]
+    (terminal_step,) = [i for i, (_, outs) in enumerate(steps)
+                        if any(isinstance(o, ob.Emitted) and o.finished and o.rid == 0 for o in outs)]  # fmt: skip
+    assert terminal_step < cut  # not the shutdown's terminal
+    event, outputs = steps[terminal_step]
+    assert isinstance(event, (ev.AbortDone, ev.StageFinished)) and event.rid == 0, event  # the abort path
+    assert ob.AbortCommitted(0) in outputs  # committed by the abort (a shutdown commits nothing)
+    (terminal,) = [o for o in outputs if isinstance(o, ob.Emitted) and o.finished and o.rid == 0]
     assert terminal.outcome is Outcome.ABORTED
+    assert not any(isinstance(e, ev.Shutdown) for e, _ in steps[:cut])
     assert monitor.finish() == [] and monitor.violations == []
 
 

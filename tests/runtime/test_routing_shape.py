@@ -6,12 +6,16 @@ import ast
 from pathlib import Path
 
 import attrs
+import pytest
 
+import omni_runtime
 from omni_fsm import StageKind
 from omni_runtime import Orchestrator, Prompt, simple_pipeline
 from omni_runtime import protocol as rp
 
 SIM = Path(__file__).parents[2] / "omni_runtime" / "sim"
+#: what a runtime must never import: the orchestrator and the drivers around it
+FORBIDDEN = ("omni_runtime.orchestrator", "omni_runtime.host", "omni_runtime.driver", "omni_runtime.sync")
 
 
 def test_reports_carry_no_routing_field():
@@ -20,11 +24,92 @@ def test_reports_carry_no_routing_field():
         assert not names & {"stage", "replica", "dst", "target", "next_stage"}, cls
 
 
+def _reexported() -> set[str]:
+    """Names ``omni_runtime`` re-exports from a forbidden module (``Orchestrator``, ``Host``, ``Engine``...)."""
+    exported = {name: getattr(omni_runtime, name) for name in omni_runtime.__all__}
+    return {name for name, obj in exported.items() if getattr(obj, "__module__", "") in FORBIDDEN}
+
+
+def _is_forbidden(module: str) -> bool:
+    return any(module == f or module.startswith(f + ".") for f in FORBIDDEN)
+
+
+def _forbidden_imports(source: str, package: str) -> list[str]:
+    """Return what ``source`` (a module of ``package``) imports from a forbidden module, in every import form.
+
+    ``import a.b``, ``from a import b`` (``b`` a module or a name re-exported by ``a``), ``from a import *``,
+    relative imports (resolved against ``package``) and ``importlib.import_module`` / ``__import__`` of a
+    constant name.
+    """
+    found: list[str] = []
+    reexported = _reexported()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found += [a.name for a in node.names if _is_forbidden(a.name)]
+        elif isinstance(node, ast.ImportFrom):
+            module = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                if node.level - 1 >= len(parts):
+                    found.append(f"{'.' * node.level}{module} (beyond the top-level package)")
+                    continue
+                module = ".".join([*parts[: len(parts) - node.level + 1], *([module] if module else [])])
+            if _is_forbidden(module):
+                found.append(module)
+                continue
+            for alias in node.names:
+                if alias.name == "*" and module == "omni_runtime":
+                    found.append("omni_runtime.*")
+                elif _is_forbidden(f"{module}.{alias.name}") or (module == "omni_runtime" and alias.name in reexported):
+                    found.append(f"{module}.{alias.name}")
+        elif isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant):
+            func = node.func
+            name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+            target = node.args[0].value
+            if name in ("import_module", "__import__") and isinstance(target, str) and _is_forbidden(target):
+                found.append(target)
+    return found
+
+
+@pytest.mark.parametrize("source", [
+    "import omni_runtime.host",
+    "import omni_runtime.orchestrator as o",
+    "import os, omni_runtime.sync",
+    "from omni_runtime import orchestrator",
+    "from omni_runtime import protocol, host as h",
+    "from omni_runtime.driver import AsyncEngine",
+    "from omni_runtime.orchestrator import _Route",
+    "from omni_runtime import Orchestrator",
+    "from omni_runtime import Engine",
+    "from omni_runtime import *",
+    "from .. import host",
+    "from ..orchestrator import Orchestrator",
+    "from ..sync import Engine",
+    "from ... import x",
+    "def f():\n    from .. import driver",
+    "import importlib\nimportlib.import_module('omni_runtime.host')",
+    "__import__('omni_runtime.orchestrator')",
+])  # fmt: skip
+def test_the_import_check_catches_every_form(source):
+    assert _forbidden_imports(source, "omni_runtime.sim")
+
+
+def test_the_import_check_allows_what_runtimes_use():
+    allowed = "\n".join([
+        "from omni_runtime import protocol as rp", "from omni_runtime.adapters import StageInput",
+        "from omni_runtime.sim._base import SimReplica", "from . import ar", "from .config import SimConfig",
+        "from ..pipeline import StageSpec", "import omni_runtime.protocol", "from omni_fsm import StageKind",
+        "from omni_runtime import hosting", "import omni_runtime.synchronous",
+    ])  # fmt: skip
+    assert _forbidden_imports(allowed, "omni_runtime.sim") == []
+
+
 def test_runtimes_import_no_orchestrator_or_driver():
-    for path in SIM.glob("*.py"):
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.ImportFrom) and node.module:
-                assert node.module.split(".")[-1] not in ("orchestrator", "host", "driver", "sync"), path
+    paths = sorted(SIM.rglob("*.py"))
+    assert paths, SIM
+    for path in paths:
+        package = ".".join(("omni_runtime", *path.relative_to(SIM.parent).parent.parts))
+        assert _forbidden_imports(path.read_text(), package) == [], path
 
 
 def test_a_report_claiming_another_stage_is_not_acted_on():

@@ -1,0 +1,93 @@
+"""omni-run refuses a bad option with an argparse error (exit 2, no traceback); WorkloadOptions refuses it too."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from omni_fsm import StageKind
+from omni_runtime.cli import main
+from omni_runtime.errors import ConfigError
+from omni_runtime.pipeline import simple_pipeline
+from omni_runtime.workload import WorkloadOptions, max_replica_deaths, sim_config
+
+EXAMPLE = str(Path(__file__).parents[2] / "examples" / "pipeline.toml")  # three stages of two replicas
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--replica-deaths", "-1"], "argument --replica-deaths: must be at least 0, got -1"),
+        (["--replica-deaths", "4"], "argument --replica-deaths: at most 3 for"),
+        (["--replica-deaths", "x"], "argument --replica-deaths: expected an integer, got 'x'"),
+        (["--requests", "-1"], "argument --requests: must be at least 0, got -1"),
+        (["--requests", "1e3"], "argument --requests: expected an integer, got '1e3'"),
+        (["--concurrency", "0"], "argument --concurrency: must be at least 1, got 0"),
+        (["--abort-rate", "1.5"], "argument --abort-rate: must be within [0, 1], got 1.5"),
+        (["--abort-rate", "-0.1"], "argument --abort-rate: must be within [0, 1], got -0.1"),
+        (["--abort-rate", "nan"], "argument --abort-rate: must be within [0, 1], got nan"),
+        (["--fault-rate", "2"], "argument --fault-rate: must be within [0, 1], got 2"),
+        (["--fault-rate", "lots"], "argument --fault-rate: expected a number within [0, 1], got 'lots'"),
+        (["--parallel-rate", "-1"], "argument --parallel-rate: must be within [0, 1], got -1"),
+        (["--companion-rate", "inf"], "argument --companion-rate: must be within [0, 1], got inf"),
+        (["--parallel-rate", "0.6", "--companion-rate", "0.5"], "--parallel-rate + --companion-rate must be at most 1"),
+        (["--seed", "x"], "argument --seed: invalid int value: 'x'"),
+        (["--loop", "busy"], "argument --loop: invalid choice: 'busy'"),
+        (["--runtime", "vllm"], "argument --runtime: invalid choice: 'vllm'"),
+    ],
+)
+def test_bad_option_is_an_argparse_error(tmp_path, capsys, args, message):
+    trace = tmp_path / "t.jsonl"
+    with pytest.raises(SystemExit) as info:
+        main([EXAMPLE, "--no-progress", "--trace", str(trace), *args])
+    err = capsys.readouterr().err
+    assert info.value.code == 2
+    assert f"omni-run: error: {message}" in err and "Traceback" not in err
+    assert not trace.exists()  # nothing ran
+
+
+@pytest.mark.parametrize("deaths", ["0", "3"])
+def test_replica_deaths_within_bounds_run(tmp_path, capsys, deaths):
+    args = [EXAMPLE, "--requests", "40", "--no-progress", "--trace", str(tmp_path / "t.jsonl")]
+    assert main([*args, "--replica-deaths", deaths]) == 0
+    lost = int(capsys.readouterr().out.split("replicas_lost=")[1].split()[0].rstrip(","))
+    assert lost <= int(deaths)  # a death is planned at a step the run may not reach
+
+
+def test_default_replica_death_needs_a_stage_of_several_replicas(tmp_path, capsys):
+    single = tmp_path / "one.toml"
+    single.write_text("[[stages]]\nkind = 'ar'\nfinal = true\n")
+    assert main([str(single), "--requests", "5", "--no-progress", "--trace", str(tmp_path / "t.jsonl")]) == 0
+    assert "replicas_lost=0" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("fields", "why"),
+    [
+        ({"replica_deaths": -1}, "replica_deaths must be an integer >= 0"),
+        ({"requests": -1}, "requests must be an integer >= 0"),
+        ({"requests": 1.5}, "requests must be an integer >= 0"),
+        ({"concurrency": 0}, "concurrency must be an integer >= 1"),
+        ({"abort_rate": 1.1}, "abort_rate must be a number within [0, 1]"),
+        ({"fault_rate": float("nan")}, "fault_rate must be a number within [0, 1]"),
+        ({"parallel_rate": True}, "parallel_rate must be a number within [0, 1]"),
+        ({"parallel_rate": 0.6, "companion_rate": 0.6}, "parallel_rate + companion_rate must be at most 1"),
+        ({"seed": "0"}, "seed must be an integer"),
+        ({"loop": "busy"}, "loop must be 'event' or 'poll'"),
+    ],
+)
+def test_bad_workload_options_raise_config_error(fields, why):
+    with pytest.raises(ConfigError) as info:
+        WorkloadOptions(**fields)
+    assert why in str(info.value)
+
+
+def test_replica_deaths_are_bounded_by_the_pipeline():
+    pipeline = simple_pipeline([StageKind.AR, StageKind.DIFFUSION], replicas=2)
+    assert max_replica_deaths(pipeline) == 2
+    assert len(sim_config(pipeline, WorkloadOptions(replica_deaths=2)).replica_deaths) == 2
+    assert len(sim_config(pipeline, WorkloadOptions()).replica_deaths) == 1  # the default: one
+    with pytest.raises(ConfigError, match="3 replica deaths asked"):
+        sim_config(pipeline, WorkloadOptions(replica_deaths=3))
+    assert sim_config(simple_pipeline([StageKind.AR]), WorkloadOptions()).replica_deaths == ()
