@@ -35,7 +35,7 @@ import attrs
 from omni_fsm import events as ev
 from omni_fsm import observations as ob
 from omni_fsm._vocab import StageKind
-from omni_fsm.errors import MalformedInput
+from omni_fsm.errors import ConfigError, MalformedInput
 
 FORMAT_VERSION = 1
 VERSION_KEY = "omni_fsm_trace"
@@ -175,7 +175,7 @@ def encode(item: Item) -> dict[str, Any]:
     try:
         key, name = NAMES[type(item)]
     except KeyError:
-        raise ValueError(f"{type(item).__name__} has no place in a trace (internal or unknown)") from None
+        raise ConfigError(f"{type(item).__name__} has no place in a trace (internal or unknown)") from None
     return {key: name, **{f.name: _plain(getattr(item, f.name)) for f in _FIELDS[type(item)]}}
 
 
@@ -497,23 +497,26 @@ class TraceWriter:
     def header(self, kinds: Sequence[StageKind], final: Sequence[bool], capacity: int) -> None:
         """Write the header line (once, first)."""
         if self._header_written:
-            raise ValueError("the header is already written")
+            raise ConfigError("the header is already written")
         head = TraceHeader(tuple(kinds), tuple(final), capacity)
-        parse_header(head.encode())  # never write a header the reader would refuse
+        try:
+            parse_header(head.encode())  # never write a header the reader would refuse
+        except ValueError as err:
+            raise ConfigError(str(err)) from None
         self._line(head.encode())
         self._header_written = True
 
     def step(self, event: ev.Event | None, outputs: Iterable[ob.Observation]) -> None:
         """Write one step: the input event's line, then one line per observation."""
         if not self._header_written or self._ended or self._closed:
-            raise ValueError("steps go after the header and before the end marker")
+            raise ConfigError("steps go after the header and before the end marker")
         if event is None and self._any_input:
-            raise ValueError("observations without an input event can only open a trace")
+            raise ConfigError("observations without an input event can only open a trace")
         observed = list(outputs)
         if (event is not None and not isinstance(event, ev.Event)) or not all(
             isinstance(item, ob.Observation) for item in observed
         ):
-            raise ValueError("a step is one input event (or None) and observations")
+            raise ConfigError("a step is one input event (or None) and observations")
         items: list[Item] = [*([] if event is None else [event]), *observed]
         for obj in [encode(item) for item in items]:  # encode all first: a bad item writes nothing
             self._line(obj)
@@ -522,7 +525,7 @@ class TraceWriter:
     def end(self) -> None:
         """Write the end marker (the engine was drained); a writer given a path puts the file there now."""
         if not self._header_written or self._ended or self._closed:
-            raise ValueError("the end marker goes once, after the header")
+            raise ConfigError("the end marker goes once, after the header")
         self._line({END_KEY: True})
         self._ended = True
         self._publish()

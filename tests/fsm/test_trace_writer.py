@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from omni_fsm import StageKind
+from omni_fsm import ConfigError, StageKind
 from omni_fsm import events as ev
 from omni_fsm import observations as ob
 from omni_fsm.trace import TraceWriter, dumps, read_trace, write_trace
@@ -129,3 +129,11 @@ def test_reader_names_the_last_line_read() -> None:
     assert reader.last_line == 1  # only the header so far
     list(reader)
     assert (reader.last_line, reader.complete) == (3, False)
+
+
+def test_writer_misuse_is_a_config_error_of_the_package():
+    writer = TraceWriter(io.StringIO())
+    with pytest.raises(ConfigError, match="steps go after the header"):
+        writer.step(ev.Submit(0), [])
+    with pytest.raises(ConfigError, match="capacity"):
+        writer.header((StageKind.AR,), (True,), 0)
