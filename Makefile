@@ -1,13 +1,16 @@
 # Two commands on a fresh machine: `make demo` and `make test`. Both set everything up first.
-PY ?= python3.11
+PY ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
 .PHONY: demo test lint typecheck bench clean setup
 
+# A venv that failed half-way (no venv module, an interpreter older than 3.11) is removed, not reused.
 $(BIN)/python:
-	$(PY) -m venv $(VENV) || python3 -m venv $(VENV)
+	@$(PY) -c 'import sys; assert sys.version_info >= (3, 11), "need Python >= 3.11"' 2>/dev/null || \
+		{ echo "$(PY) is not Python >= 3.11: run 'make PY=/path/to/python3.11 ...'"; exit 1; }
+	$(PY) -m venv $(VENV) || { rm -rf $(VENV); exit 1; }
 
 $(STAMP): $(BIN)/python pyproject.toml
 	$(BIN)/python -m pip install -q --upgrade pip
@@ -23,10 +26,14 @@ demo: $(STAMP)
 	$(BIN)/omni-fsm explore --requests 2 --families all --out out
 	$(BIN)/omni-fsm explore --out out
 
-test: $(STAMP)
-	$(BIN)/ruff check .
-	$(BIN)/mypy
+test: lint typecheck
 	$(BIN)/python -m pytest
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
 
 bench: $(STAMP)
 	$(BIN)/python bench/fsm_step.py
@@ -34,4 +41,4 @@ bench: $(STAMP)
 	$(BIN)/python bench/orchestrator.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis out *.egg-info

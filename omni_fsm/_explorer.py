@@ -25,7 +25,7 @@ from omni_fsm import events as ev
 from omni_fsm._record import Record
 from omni_fsm._table import SPEC, STAGE_LIVE, Spec
 from omni_fsm._vocab import LIVE, ControlMethod, ReqState, StageKind, StopKind
-from omni_fsm.core import Lifecycle
+from omni_fsm.core import Lifecycle, fanout
 from omni_fsm.errors import ConfigError, LifecycleError
 from omni_fsm.invariants import Monitor
 
@@ -84,7 +84,7 @@ class Bound:
     @property
     def block(self) -> int:
         """Return the number of internal ids one family uses."""
-        return 1 + max(self.n if self.n > 1 else 0, self.companions)
+        return 1 + fanout(self.n, self.companions)
 
 
 @attrs.frozen

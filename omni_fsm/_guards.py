@@ -96,12 +96,13 @@ GUARDS: dict[str, Guard] = {name: _compile(name) for name in GUARD_SOURCES}
 
 
 def resumes(state: ReqState) -> str:
-    """Return the name of the guard 'the interrupted abort resumes ``state``'."""
-    name = f"abort_resumes_{state.name.lower()}"
-    if name not in GUARDS:
-        GUARD_SOURCES[name] = f"r.resume is ReqState.{state.name}"
-        GUARDS[name] = _compile(name)
-    return name
+    """Return the name of the guard 'the interrupted abort resumes ``state``' (one per state, below)."""
+    return f"abort_resumes_{state.name.lower()}"
+
+
+for _state in ReqState:
+    GUARD_SOURCES[resumes(_state)] = f"r.resume is ReqState.{_state.name}"
+    GUARDS[resumes(_state)] = _compile(resumes(_state))
 
 
 def check_guard_names(names: set[str]) -> None:

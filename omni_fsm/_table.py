@@ -1,4 +1,5 @@
-"""THE request lifecycle: one table. Everything that decides a transition is in this file.
+"""THE request lifecycle: one table. Everything that decides a transition is in this file, and
+the named guards its rows test (``_guards.py``: one expression each).
 
 Rows are keyed ``(state, event type, guards)``; the first row whose guards hold gives the next
 state and the effects. The ``transitions`` reference machine, the compiled fast path, the
@@ -94,12 +95,16 @@ class Row:
 
 
 #: What happens to an event the table has no row for, by the event's ``ORIGIN``.
-MISS_POLICY: dict[str, str] = {
+MISS_POLICY: dict[ev.Origin, str] = {
     ev.CLIENT: "raise LifecycleError; nothing changes",
     ev.RUNTIME: "drop and count if the id is untracked or the stage stale; else fail the request (error)",
     ev.INTERNAL: "raise InternalError (a bug of the core)",
 }
 
+#: States of an ``n>1`` parent: it waits for its samples (its children), or aborts them.
+PARENTS: tuple[ReqState, ...] = (S.AWAITING_CHILDREN, S.ABORTING_CHILDREN)
+
+#: What entering any terminal state runs, in order (one cleanup path for every terminal).
 ON_TERMINAL: tuple[Effect, ...] = (
     Effect.EMIT_TERMINAL, Effect.NOTIFY_PARENT, Effect.ABORT_DEPENDENTS, Effect.RELEASE,
 )
@@ -113,16 +118,20 @@ def _rows(sources: Iterable[enum.Enum], event: type[ev.Event], target: enum.Enum
     return [Row(s, event, s if target is None else target, when, unless, effects) for s in order]
 
 
-D = Effect
-#: States from which an abort needs a physical abort at the bound stage.
+D = Effect  #: short for the rows below
+#: States from which an abort needs a physical abort at the bound stage: every bound state.
 ABORTABLE_BOUND = BOUND
 #: Live states whose runtime reports about the current stage are judged by the table.
 STAGE_LIVE = BOUND | {S.ABORTING}
 _FINISH = (("stopped", S.FINISHED_STOPPED), ("length_capped", S.FINISHED_LENGTH_CAPPED),
            ("repetition", S.FINISHED_REPETITION))
-_PARK: tuple[tuple[type[ev.StageEvent], S], ...] = (
+#: Parking waits entered from WAITING (as upstream: grammar and remote KV waits precede running)
+_PARK_BEFORE_RUNNING: tuple[tuple[type[ev.StageEvent], S], ...] = (
     (ev.AwaitGrammar, S.WAITING_FOR_GRAMMAR),
     (ev.AwaitRemoteKVs, S.WAITING_FOR_REMOTE_KVS),
+)
+#: Parking waits entered from RUNNING (a streaming / chunked input runs, then waits for more)
+_PARK_WHILE_RUNNING: tuple[tuple[type[ev.StageEvent], S], ...] = (
     (ev.AwaitStreamingReq, S.WAITING_FOR_STREAMING_REQ),
     (ev.AwaitChunk, S.WAITING_FOR_CHUNK),
 )
@@ -144,9 +153,9 @@ def request_rows() -> list[Row]:
     rows += _rows([S.WAITING], ev.Scheduled, S.RUNNING, ("slot_free",))
     rows += _rows([S.PREEMPTED], ev.Scheduled, S.RUNNING, ("slot_free", "ar_stage"))
     rows += _rows([S.RUNNING], ev.Preempted, S.PREEMPTED, ("ar_stage",))
-    for wait, parked in _PARK[:2]:  # as upstream: grammar and remote KV waits precede running
+    for wait, parked in _PARK_BEFORE_RUNNING:
         rows += _rows([S.WAITING], wait, parked, ("ar_stage", "slot_free", "nothing_generated"))
-    for wait, parked in _PARK[2:]:  # a streaming / chunked input runs, then waits for more
+    for wait, parked in _PARK_WHILE_RUNNING:
         rows += _rows([S.RUNNING], wait, parked, ("ar_stage",))
     rows += _rows(PARKED, ev.InputReady, S.WAITING)
     # outputs and finishes at the current stage
@@ -171,7 +180,7 @@ def request_rows() -> list[Row]:
     rows += _rows(LIVE - {S.NEW, S.ABORTING}, ev.CompanionEnded, S.FINISHED_ERROR,
                   effects=(D.NOTE_COMPANION,))
     # parallel sampling: the parent ends once, after its last child, with the worst outcome
-    parents = (S.AWAITING_CHILDREN, S.ABORTING_CHILDREN)
+    parents = PARENTS
     rows += _rows(parents, ev.ChildEnded, None, unless=("last_child",), effects=(D.NOTE_CHILD,))
     for outcome in sorted(TERMINAL, key=lambda s: s.name):
         last = ("last_child", f"children_fold_to_{outcome.name.lower()}")
@@ -208,7 +217,7 @@ def _follow_interrupted(rows: list[Row]) -> list[Row]:
     Derived from the rows above: a scheduler report that moves the interrupted state (to a
     state still bound to the stage) moves it while ``ABORTING`` too; any other is illegal.
     """
-    reports = {ev.Scheduled, ev.Preempted, ev.InputReady, *(e for e, _ in _PARK)}
+    reports = {ev.Scheduled, ev.Preempted, ev.InputReady, *(e for e, _ in _PARK_BEFORE_RUNNING + _PARK_WHILE_RUNNING)}
     return [Row(S.ABORTING, r.event, S.ABORTING, (resumes(r.source), *r.when), r.unless, (D.FOLLOW_INTERRUPTED,))
             for r in rows if r.event in reports and r.source in ABORTABLE_BOUND and r.target in BOUND]
 
@@ -252,6 +261,7 @@ class Spec:
     name: str = "omni-fsm lifecycle"
 
 
+#: The lifecycle specification: the request table and the engine's control-plane table.
 SPEC = Spec(tuple(request_rows()), tuple(engine_rows()))
 
 __all__ = ["ABORTABLE_BOUND", "MISS_POLICY", "ON_TERMINAL", "SPEC", "STAGE_LIVE", "Effect", "Row", "Spec"]

@@ -47,6 +47,7 @@ class ReqState(IdentityHashedEnum):
         return f"<{self.name}>"
 
 
+#: The terminal states: a request in one of them has had its one terminal and is dropped.
 TERMINAL: frozenset[ReqState] = frozenset(
     {
         ReqState.FINISHED_STOPPED,
@@ -58,6 +59,7 @@ TERMINAL: frozenset[ReqState] = frozenset(
         ReqState.FAILED_FATAL,
     }
 )
+#: Every state that is not terminal.
 LIVE: frozenset[ReqState] = frozenset(ReqState) - TERMINAL
 #: Parked sub-states: waiting for something outside the scheduler while holding a slot.
 PARKED: frozenset[ReqState] = frozenset(
@@ -125,6 +127,13 @@ class StopKind(IdentityHashedEnum):
     IGNORED = "ignored"  #: prompt too long: nothing generated
 
 
+#: How a stage finished -> the finish reason a client sees (``IGNORED``: nothing generated, length).
+STOP_REASON: dict[StopKind, FinishReason] = {
+    StopKind.STOP: FinishReason.STOP, StopKind.LENGTH: FinishReason.LENGTH,
+    StopKind.REPETITION: FinishReason.REPETITION, StopKind.IGNORED: FinishReason.LENGTH,
+}  # fmt: skip
+
+
 class Role(IdentityHashedEnum):
     """Who a tracked record is: only ``CLIENT`` records are ever seen by the client."""
 
@@ -134,6 +143,8 @@ class Role(IdentityHashedEnum):
 
 
 class StageKind(IdentityHashedEnum):
+    """What a stage runs: an autoregressive LLM (``AR``) or a diffusion pipeline."""
+
     AR = "ar"
     DIFFUSION = "diffusion"
 
@@ -151,10 +162,13 @@ class EngineState(IdentityHashedEnum):
         return f"<{self.name}>"
 
 
+#: Engine states it never leaves: no request is admitted again.
 ENGINE_TERMINAL: frozenset[EngineState] = frozenset({EngineState.DEAD, EngineState.STOPPED})
 
 
 class ControlMethod(IdentityHashedEnum):
+    """The control RPCs a client can call on every live replica (vLLM's sleep / wake / pause / resume)."""
+
     SLEEP = "sleep"
     WAKE_UP = "wake_up"
     PAUSE_SCHEDULER = "pause_scheduler"

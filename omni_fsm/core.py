@@ -16,9 +16,10 @@ from omni_fsm import observations as ob
 from omni_fsm._compiled import CompiledTable
 from omni_fsm._guards import fold_outcome
 from omni_fsm._record import Engine, Record
-from omni_fsm._table import SPEC, STAGE_LIVE, Effect, Row, Spec
+from omni_fsm._table import PARENTS, SPEC, STAGE_LIVE, Effect, Row, Spec
 from omni_fsm._vocab import (
     BOUND,
+    STOP_REASON,
     TERMINAL,
     TERMINAL_OUTCOME,
     EngineState,
@@ -26,14 +27,25 @@ from omni_fsm._vocab import (
     ReqState,
     Role,
     StageKind,
-    StopKind,
 )
 from omni_fsm.errors import ConfigError, InternalError, LifecycleError
 
-_STOP_REASON = {StopKind.STOP: "stop", StopKind.LENGTH: "length", StopKind.REPETITION: "repetition",
-                StopKind.IGNORED: "length"}
 Out = list[ob.Observation]
-_id = id
+_id = id  # rows hash by value (attrs); the per-row plans are keyed by identity, a C-level hash
+
+
+def fanout(n: int, companions: int) -> int:
+    """Return how many dependent ids a request with ``n`` samples or ``companions`` owns after its own.
+
+    A request submitted as ``rid`` owns ``rid+1 .. rid+fanout(n, companions)``: its ``n>1`` samples
+    (the children; ``n == 1`` has none) or its CFG companions (a request has one kind or neither).
+    """
+    return n if n > 1 else companions
+
+
+def dependent_id(rid: int, index: int) -> int:
+    """Return the id of dependent ``index`` (0-based: a sample's index, or a companion's) of ``rid``."""
+    return rid + 1 + index
 
 
 class Counters:
@@ -78,7 +90,7 @@ class Lifecycle:
         # per row (by identity): its effect functions, whether it enters a terminal state, and
         # whether the record holds a slot before and after (``None``: an abort decides, at run time)
         self._plans = {_id(r): _plan(r, spec.holds_slot) for r in spec.rows}
-        self._on_terminal = tuple(_EFFECTS[e] for e in spec.on_terminal)
+        self._on_terminal = _effect_functions(spec.on_terminal, "on_terminal")
         self._queue: deque[ev.Event] = deque()
 
     # -- queries -------------------------------------------------------------------------
@@ -114,10 +126,13 @@ class Lifecycle:
         queue = self._queue
         while queue:
             event = queue.popleft()
-            if isinstance(event, ev.RequestEvent):
-                self._request(event, out, top=False)
-            else:  # pragma: no cover - only request events are queued
+            if not isinstance(event, ev.RequestEvent):  # pragma: no cover - only request events are queued
                 raise InternalError(f"queued engine event {event!r}")
+            try:
+                self._request(event, out, top=False)
+            except LifecycleError as exc:  # the core's own fan-out was refused: a table bug, not a client's
+                queue.clear()
+                raise InternalError(f"fan-out {event!r} refused: {exc}") from None
 
     # -- requests --------------------------------------------------------------------------
 
@@ -127,7 +142,13 @@ class Lifecycle:
             if rec is None:
                 rec = self._admit_client(event)
                 out.append(ob.Submitted(rec.rid, Role.CLIENT, -1, event.n, event.companions))
-            elif rec.state is not ReqState.NEW or top:
+                try:
+                    self._fire(rec, event, out)
+                except LifecycleError:  # refused: nothing changes, the record goes again
+                    del self.records[rec.rid]
+                    raise
+                return
+            if rec.state is not ReqState.NEW or top:  # a spawned dependent is submitted by its parent only
                 raise LifecycleError(rec.rid, rec.state, event, "id already tracked")
         elif rec is None:
             if top:  # fan-out to a dependent that already ended is silent
@@ -147,11 +168,11 @@ class Lifecycle:
             raise LifecycleError(event.rid, ReqState.NEW, event, "request ids are non-negative")
         if event.n < 1 or event.companions < 0 or (event.n > 1 and event.companions > 0):
             raise LifecycleError(event.rid, ReqState.NEW, event, "need n >= 1, companions >= 0, not both")
-        for dep in range(event.rid + 1, event.rid + 1 + max(event.n - 1 and event.n, event.companions)):
+        owned = fanout(event.n, event.companions)
+        for dep in (dependent_id(event.rid, k) for k in range(owned)):
             if dep in self.records:
                 raise LifecycleError(dep, self.records[dep].state, event, "dependent id already tracked")
-        fanout = event.n if event.n > 1 else event.companions
-        rec = Record(event.rid, last_stage=len(self.engine.kinds) - 1, fanout=fanout,
+        rec = Record(event.rid, last_stage=len(self.engine.kinds) - 1, fanout=owned,
                      children_left=event.n if event.n > 1 else 0, companions_left=event.companions)
         self.records[event.rid] = rec
         return rec
@@ -163,6 +184,8 @@ class Lifecycle:
                 raise LifecycleError(rec.rid, rec.state, event)
             if event.ORIGIN == ev.INTERNAL:
                 raise InternalError(f"no row for internal {event!r} in {rec.state!r}")
+            if event.__class__ is ev.StageFailed:  # the fallback itself has no row: a table bug
+                raise InternalError(f"no row for {event!r} in {rec.state!r}")
             self.counters.failed_illegal += 1
             out.append(ob.Rejected(rec.rid, type(event).__name__))
             return self._fire(rec, ev.StageFailed(rec.rid, rec.stage), out)
@@ -191,13 +214,13 @@ class Lifecycle:
     def _spawn(self, parent: Record, role: Role, count: int, out: Out) -> None:
         last = 0 if role is Role.COMPANION else parent.last_stage
         for k in range(count):
-            rid = parent.rid + 1 + k
+            rid = dependent_id(parent.rid, k)
             self.records[rid] = Record(rid, role=role, parent=parent.rid, last_stage=last, sample=k)
             out.append(ob.Submitted(rid, role, parent.rid))
             self._queue.append(ev.Submit(rid))
 
     def _dependents(self, rec: Record) -> list[int]:
-        return [d for d in range(rec.rid + 1, rec.rid + 1 + rec.fanout) if d in self.records]
+        return [d for d in (dependent_id(rec.rid, k) for k in range(rec.fanout)) if d in self.records]
 
     def _client_of(self, rec: Record) -> tuple[int, int]:
         return (rec.parent, rec.sample) if rec.role is Role.CHILD else (rec.rid, -1)
@@ -249,7 +272,15 @@ def _plan(row: Row, holds_slot: frozenset[ReqState]) -> tuple[tuple[Fx, ...], bo
     def slot(state: Any) -> bool | None:
         return None if state is ReqState.ABORTING else state in holds_slot
 
-    return tuple(_EFFECTS[e] for e in row.effects), row.target in TERMINAL, slot(row.source), slot(row.target)
+    return _effect_functions(row.effects, row), row.target in TERMINAL, slot(row.source), slot(row.target)
+
+
+def _effect_functions(effects: tuple[Effect, ...], where: object) -> tuple[Fx, ...]:
+    """Return the functions of request-level ``effects``; an engine effect on a request row is a table bug."""
+    unknown = [e for e in effects if e not in _EFFECTS]
+    if unknown:
+        raise ConfigError(f"{where!r}: {', '.join(e.name for e in unknown)} has no meaning for a request")
+    return tuple(_EFFECTS[e] for e in effects)
 
 
 # -- effects: what each Effect does (the table says when) --------------------------------------
@@ -264,7 +295,7 @@ def _emit_partial(lc: Lifecycle, rec: Record, event: Any, source: ReqState, out:
 
 def _emit_stage_final(lc: Lifecycle, rec: Record, event: Any, source: ReqState, out: Out) -> None:
     client, sample = lc._client_of(rec)
-    reason = _STOP_REASON[event.stop] if isinstance(event, ev.StageFinished) else "stop"
+    reason = STOP_REASON[event.stop].value if isinstance(event, ev.StageFinished) else "stop"
     out.append(ob.Emitted(client, rec.stage, 0, rec.tokens, stage_final=True, reason=reason, sample=sample))
 
 
@@ -300,7 +331,7 @@ def _emit_terminal(lc: Lifecycle, rec: Record, event: Any, source: ReqState, out
     keeps_prefix = eng.kinds[rec.stage] is StageKind.AR and eng.final[rec.stage]
     cumulative = rec.tokens if (outcome is not Outcome.ABORTED or keeps_prefix) else 0
     if rec.role is Role.CLIENT:  # an n>1 parent ends where its samples ended: the last stage
-        stage = rec.last_stage if source in _PARENT_STATES else rec.stage
+        stage = rec.last_stage if source in PARENTS else rec.stage
         out.append(ob.Emitted(rec.rid, stage, 0, cumulative, finished=True, outcome=outcome,
                               reason=reason.value))
     elif rec.role is Role.CHILD:  # one sample ends; the parent's terminal comes after the last
@@ -343,15 +374,11 @@ def _set(**fields: Callable[[Record, Any, ReqState], Any]) -> Fx:
     return effect
 
 
-def _nothing(lc: Lifecycle, rec: Record, event: Any, source: ReqState, out: Out) -> None:
-    return None
-
 
 _EFFECTS: dict[Effect, Fx] = {
     Effect.DISPATCH: lambda lc, rec, e, s, out: out.append(ob.Dispatched(rec.rid, rec.stage)),
     Effect.SPAWN_CHILDREN: lambda lc, rec, e, s, out: lc._spawn(rec, Role.CHILD, rec.fanout, out),
-    Effect.SPAWN_COMPANIONS: lambda lc, rec, e, s, out: lc._spawn(rec, Role.COMPANION, rec.companions_left, out)
-    if rec.role is Role.CLIENT else None,
+    Effect.SPAWN_COMPANIONS: lambda lc, rec, e, s, out: lc._spawn(rec, Role.COMPANION, rec.companions_left, out),
     Effect.ACCUMULATE: _accumulate,
     Effect.EMIT_PARTIAL: _emit_partial,
     Effect.EMIT_STAGE_FINAL: _emit_stage_final,
@@ -373,8 +400,6 @@ _EFFECTS: dict[Effect, Fx] = {
     Effect.ABORT_DEPENDENTS: _abort_each,
     Effect.RELEASE: _release,
 }
-for _effect in Effect:
-    _EFFECTS.setdefault(_effect, _nothing)  # engine effects never reach a request row
 
 EngineFx = Callable[[Lifecycle, Any, Out], None]
 
@@ -423,7 +448,6 @@ def _fan_out(make: Callable[[int], ev.RequestEvent]) -> EngineFx:
 
 
 _FAN_OUT_ORDER = {Role.CHILD: 0, Role.CLIENT: 1, Role.COMPANION: 2}
-_PARENT_STATES = frozenset({ReqState.AWAITING_CHILDREN, ReqState.ABORTING_CHILDREN})
 
 
 def _admit_held(lc: Lifecycle, event: Any, out: Out) -> None:

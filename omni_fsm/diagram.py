@@ -112,9 +112,12 @@ def render_lifecycle_markdown(spec: Spec = SPEC) -> str:
         "An abort of a bound request is a small sub-machine: `Abort` acknowledges it, remembers the"
         " interrupted state and asks the bound stage to abort physically (`ABORTING`). Only `AbortDone`"
         " (or the stage finishing the request meanwhile) commits it (`FINISHED_ABORTED`); `AbortFailed`"
-        " answers the caller that it failed and resumes the interrupted state. While aborting, scheduler"
-        " reports and outputs are absorbed. `PENDING` and `STAGE_DONE` hold nothing at a stage and abort"
-        " at once; an `n>1` parent (`AWAITING_CHILDREN`) aborts its children and ends after the last one.",
+        " answers the caller that it failed and resumes the interrupted state; a child or companion, or a"
+        " parent whose companion was lost, cannot resume (`cannot_resume`) and asks the stage again."
+        " While aborting, scheduler reports move the interrupted state (so a failed abort resumes where"
+        " the request really is) and outputs reach no client. `PENDING` and `STAGE_DONE` hold nothing at"
+        " a stage and abort at once; an `n>1` parent (`AWAITING_CHILDREN`) aborts its children and ends"
+        " after the last one.",
         "",
         "## When no row matches",
         "",

@@ -16,19 +16,26 @@ from typing import ClassVar
 
 import attrs
 
-from omni_fsm._frozen import direct_inits
-from omni_fsm._vocab import ControlMethod, ReqState, StopKind
+from omni_fsm._vocab import ControlMethod, IdentityHashedEnum, ReqState, StopKind
+from omni_fsm.frozen import direct_inits
 
-CLIENT = "client"
-RUNTIME = "runtime"
-INTERNAL = "internal"
+
+class Origin(IdentityHashedEnum):
+    """Where an event comes from: it decides what a missing table row means (``_table.MISS_POLICY``)."""
+
+    CLIENT = "client"
+    RUNTIME = "runtime"
+    INTERNAL = "internal"
+
+
+CLIENT, RUNTIME, INTERNAL = Origin.CLIENT, Origin.RUNTIME, Origin.INTERNAL
 
 
 @attrs.frozen
 class Event:
     """Base of every lifecycle event."""
 
-    ORIGIN: ClassVar[str] = INTERNAL
+    ORIGIN: ClassVar[Origin] = INTERNAL
 
 
 @attrs.frozen
@@ -42,7 +49,7 @@ class RequestEvent(Event):
 class StageEvent(RequestEvent):
     """A runtime report about a request at one stage; stale if that is not its current stage."""
 
-    ORIGIN: ClassVar[str] = RUNTIME
+    ORIGIN: ClassVar[Origin] = RUNTIME
     stage: int
 
 
@@ -53,7 +60,7 @@ class StageEvent(RequestEvent):
 class Submit(RequestEvent):
     """The client submits a request (``n`` samples, ``companions`` CFG companions)."""
 
-    ORIGIN: ClassVar[str] = CLIENT
+    ORIGIN: ClassVar[Origin] = CLIENT
     n: int = 1
     companions: int = 0
 
@@ -62,7 +69,7 @@ class Submit(RequestEvent):
 class Abort(RequestEvent):
     """The client (or a parent, for its dependents) asks to abort the request."""
 
-    ORIGIN: ClassVar[str] = CLIENT
+    ORIGIN: ClassVar[Origin] = CLIENT
 
 
 # -- runtime reports about one request at one stage ----------------------------------------
@@ -176,7 +183,7 @@ class ShutdownAbort(RequestEvent):
 class Control(Event):
     """The client calls a control RPC (sleep, wake_up, pause/resume_scheduler)."""
 
-    ORIGIN: ClassVar[str] = CLIENT
+    ORIGIN: ClassVar[Origin] = CLIENT
     call_id: int
     method: ControlMethod
     level: int = 1
@@ -187,7 +194,7 @@ class Control(Event):
 class RpcDone(Event):
     """Every worker answered the control RPC ``call_id`` successfully."""
 
-    ORIGIN: ClassVar[str] = RUNTIME
+    ORIGIN: ClassVar[Origin] = RUNTIME
     call_id: int
 
 
@@ -195,7 +202,7 @@ class RpcDone(Event):
 class RpcFailed(Event):
     """A worker raised while executing control RPC ``call_id``."""
 
-    ORIGIN: ClassVar[str] = RUNTIME
+    ORIGIN: ClassVar[Origin] = RUNTIME
     call_id: int
     error: str = "worker error"
 
@@ -204,14 +211,14 @@ class RpcFailed(Event):
 class EngineDied(Event):
     """A stage lost its last live replica: the engine is dead."""
 
-    ORIGIN: ClassVar[str] = RUNTIME
+    ORIGIN: ClassVar[Origin] = RUNTIME
 
 
 @attrs.frozen
 class Shutdown(Event):
     """The client shuts the engine down (orchestrator first, then the runtimes)."""
 
-    ORIGIN: ClassVar[str] = CLIENT
+    ORIGIN: ClassVar[Origin] = CLIENT
 
 
 REQUEST_EVENTS: tuple[type[RequestEvent], ...] = (

@@ -8,6 +8,7 @@ counterexample as a complete trace file that ``omni-fsm check`` reads. Exits 1 o
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import threading
 import time
@@ -73,6 +74,10 @@ def main(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"omni-fsm explore: {exc}", file=sys.stderr)
         return 2
+    problem = _unwritable(args.out)
+    if problem is not None:  # said before the search, not after it found something to write
+        print(f"omni-fsm explore: --out {args.out}: {problem}", file=sys.stderr)
+        return 2
     with ProgressLine(sys.stderr) as progress:
         report = explore(bound, symmetry=args.symmetry, liveness=not args.no_liveness, progress=progress.update)
     print_report(report, bound, sys.stdout)
@@ -88,6 +93,17 @@ def main(args: argparse.Namespace) -> int:
             return 3
         print(f"  trace written: {path}")
     return 0 if report.ok else 1
+
+
+def _unwritable(folder: Path) -> str | None:
+    """Return why counterexample traces cannot be written into ``folder`` (``None``: they can)."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    if not os.access(folder, os.W_OK | os.X_OK):
+        return "not writable"
+    return None
 
 
 class ProgressLine:

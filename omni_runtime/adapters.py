@@ -14,7 +14,7 @@ from typing import Any
 import attrs
 
 from omni_fsm import StageKind
-from omni_fsm._frozen import direct_inits
+from omni_fsm.frozen import direct_inits
 
 
 @attrs.frozen
@@ -63,6 +63,7 @@ def companion_input(prompt: Prompt) -> Prompt:
     return Prompt((), prompt.max_tokens, prompt.height, prompt.width)
 
 
+#: input adapter name (a pipeline file's ``adapter``) -> the function building a stage's input
 INPUT_ADAPTERS: dict[str, InputAdapter] = {"prompt": prompt_input, "ar2ar": ar_to_ar, "ar2diffusion": ar_to_diffusion}
 #: input adapter -> (the kind of stage whose output it reads, ``None``: the client's prompt; kinds it feeds)
 ADAPTER_KINDS: dict[str, tuple[StageKind | None, frozenset[StageKind]]] = {
@@ -115,4 +116,5 @@ class ImageOutput(OutputAdapter):
         return None
 
 
+#: stage kind -> how its outputs accumulate and what the client sees of them
 OUTPUT_ADAPTERS: dict[StageKind, OutputAdapter] = {StageKind.AR: TokenOutput(), StageKind.DIFFUSION: ImageOutput()}

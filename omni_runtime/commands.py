@@ -8,7 +8,7 @@ from typing import Any
 import attrs
 
 from omni_fsm import ControlMethod, EngineState, Outcome
-from omni_fsm._frozen import direct_inits
+from omni_fsm.frozen import direct_inits
 from omni_runtime.adapters import StageInput
 
 
@@ -40,7 +40,7 @@ class ClientMessage:
 
 @attrs.frozen(slots=True)
 class Dispatch(Command):
-    """Send request ``req_id`` with ``stage_input`` to ``replica`` of ``stage`` (``src >= 0``: a forward)."""
+    """Send request ``rid`` with ``stage_input`` to ``replica`` of ``stage`` (``src >= 0``: a forward)."""
 
     rid: int
     stage: int

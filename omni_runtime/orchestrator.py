@@ -9,13 +9,13 @@ commands. No I/O, no asyncio, no threads.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
-from omni_fsm import SPEC, ControlMethod, LifecycleError, Outcome, Role, Spec
+from omni_fsm import ENGINE_TERMINAL, SPEC, ControlMethod, LifecycleError, Outcome, Role, Spec
 from omni_fsm import events as ev
 from omni_fsm import observations as ob
-from omni_fsm.core import Lifecycle
+from omni_fsm.core import Lifecycle, dependent_id, fanout
 from omni_runtime import commands as cmd
 from omni_runtime import protocol as rp
 from omni_runtime.adapters import INPUT_ADAPTERS, OUTPUT_ADAPTERS, Prompt, companion_input
@@ -25,7 +25,7 @@ from omni_runtime.pipeline import Pipeline, require_pipeline
 StepHook = Callable[[ev.Event | None, list[ob.Observation]], None]
 Commands = list[cmd.Command]
 
-_STATUS_EVENTS: dict[str, type[ev.StageEvent]] = {
+_STATUS_EVENTS: dict[rp.Status, type[ev.StageEvent]] = {
     rp.Status.SCHEDULED: ev.Scheduled, rp.Status.PREEMPTED: ev.Preempted,
     rp.Status.AWAIT_GRAMMAR: ev.AwaitGrammar, rp.Status.AWAIT_REMOTE_KVS: ev.AwaitRemoteKVs,
     rp.Status.AWAIT_STREAMING: ev.AwaitStreamingReq, rp.Status.AWAIT_CHUNK: ev.AwaitChunk,
@@ -112,7 +112,7 @@ class Orchestrator:
         except LifecycleError as exc:
             del self.routes[rid]
             raise self._refusal(exc) from None
-        self._next_rid = rid + 1 + max(n if n > 1 else 0, companions)
+        self._next_rid = dependent_id(rid, fanout(n, companions))  # past its own dependents' ids
         return rid, out
 
     def abort(self, rid: int) -> tuple[int, Commands]:
@@ -150,9 +150,9 @@ class Orchestrator:
         return self._next_call
 
     def _refusal(self, exc: LifecycleError) -> OmniRuntimeError:
-        state = self.lifecycle.engine.state.value
-        if state in ("dead", "stopped"):
-            return EngineNotRunning(f"engine is {state}: {exc}")
+        state = self.lifecycle.engine.state
+        if state in ENGINE_TERMINAL:
+            return EngineNotRunning(f"engine is {state.value}: {exc}")
         return RequestRefused(str(exc))
 
     # -- runtime reports --------------------------------------------------------------------
@@ -406,7 +406,7 @@ class Orchestrator:
         raise EngineNotRunning(f"stage {stage} has no live replica")
 
     def _message(self, o: ob.Emitted) -> cmd.ClientMessage:
-        source = self.routes.get(o.rid + 1 + o.sample if o.sample >= 0 else o.rid)
+        source = self.routes.get(dependent_id(o.rid, o.sample) if o.sample >= 0 else o.rid)
         adapter = self._outputs[o.stage]
         data: Any = None
         error = None
@@ -501,8 +501,3 @@ def _kind_of(cls: type) -> type:
     """Return the protocol class of a per-request report subclass."""
     kind: type = _by_nearest_base(_KINDS, cls, "request report")
     return kind
-
-
-def stage_names(pipeline: Pipeline) -> Sequence[str]:
-    """Return the stage names in order."""
-    return [s.name for s in pipeline.stages]

@@ -19,8 +19,8 @@ from typing import Any, Protocol, runtime_checkable
 
 import attrs
 
-from omni_fsm import ControlMethod, StopKind
-from omni_fsm._frozen import direct_inits
+from omni_fsm import ControlMethod, IdentityHashedEnum, StopKind
+from omni_fsm.frozen import direct_inits
 from omni_runtime.adapters import StageInput
 
 
@@ -37,7 +37,7 @@ class RequestReport(Report):
     seq: int
 
 
-class Status:
+class Status(IdentityHashedEnum):
     """Scheduler sub-states an AR runtime reports (diffusion uses ``SCHEDULED`` only)."""
 
     SCHEDULED = "scheduled"
@@ -47,14 +47,13 @@ class Status:
     AWAIT_STREAMING = "await_streaming"
     AWAIT_CHUNK = "await_chunk"
     INPUT_READY = "input_ready"
-    ALL = (SCHEDULED, PREEMPTED, AWAIT_GRAMMAR, AWAIT_REMOTE_KVS, AWAIT_STREAMING, AWAIT_CHUNK, INPUT_READY)
 
 
 @attrs.frozen(slots=True)
 class StatusChanged(RequestReport):
     """The scheduler moved the request (one of ``Status``)."""
 
-    status: str
+    status: Status
 
 
 @attrs.frozen(slots=True)

@@ -117,7 +117,6 @@ _AR_STATUS: dict[type, str] = {
 }
 _REASONS = {Outcome.FINISHED: {"stop", "length", "repetition"}, Outcome.ABORTED: {"abort"},
             Outcome.FAILED: {"error"}, Outcome.FATAL: {"error"}}
-_RUNTIME_ABOUT_REQUEST = (ev.StageEvent,)
 
 
 @attrs.define(slots=True)

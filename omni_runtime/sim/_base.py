@@ -28,7 +28,7 @@ class SimRequest:
         self.req_id, self.stage_input, self.rng = req_id, stage_input, rng
         self.phase = "waiting"
         self.seq = self.generated = self.length = 0
-        self.park = ""
+        self.park: rp.Status | None = None  #: the wait it parks in before running, if any
         self.preempt_at = self.chunk_at = -1
         self.no_output = self.abort_fails = self.fail = False
 

@@ -47,7 +47,7 @@ class SimAR(SimReplica):
                 used += 1
                 if req.park and req.phase == "waiting":
                     self.report(req, rp.StatusChanged, req.park)
-                    req.park, req.phase = "", "parked"
+                    req.park, req.phase = None, "parked"
                 else:
                     self.report(req, rp.StatusChanged, _S.SCHEDULED)
                     req.phase = "running"

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import attrs
 import pytest
 
-from omni_fsm import ConfigError, Lifecycle, LifecycleError, OmniFsmError, StageKind
+from omni_fsm import ConfigError, Effect, InternalError, Lifecycle, LifecycleError, OmniFsmError, Spec, StageKind
 from omni_fsm import events as ev
 from omni_fsm._compiled import CompiledTable
 from omni_fsm._table import SPEC, Row
@@ -38,3 +39,37 @@ def test_an_unguarded_row_that_hides_later_rows_is_refused_when_compiled():
     with pytest.raises(ConfigError, match="an unguarded row hides the rows after it"):
         CompiledTable((hiding, hidden))
     CompiledTable(SPEC.rows)  # the real table has none
+
+
+def _without(keep) -> Spec:
+    return attrs.evolve(SPEC, rows=tuple(r for r in SPEC.rows if keep(r)))
+
+
+def test_a_refused_submit_leaves_nothing_behind():
+    lc = Lifecycle((AR,), (True,), spec=_without(lambda r: r.event is not ev.Submit))
+    for _ in range(2):  # the second try is refused the same way, not as "id already tracked"
+        with pytest.raises(LifecycleError, match="request 0 in state NEW: no transition"):
+            lc.handle(ev.Submit(0))
+        assert lc.records == {}
+
+
+def test_a_missing_stage_failed_row_is_an_internal_error_not_a_recursion():
+    spec = _without(lambda r: not (r.event is ev.StageFailed and r.source is ReqState.RUNNING))
+    lc = Lifecycle((AR,), (True,), spec=spec)
+    lc.handle(ev.Submit(0))
+    lc.handle(ev.Scheduled(0, 0))
+    with pytest.raises(InternalError, match="no row for StageFailed"):
+        lc.handle(ev.InputReady(0, 0))  # illegal in RUNNING: handled as StageFailed, which has no row here
+
+
+def test_a_refused_internal_fan_out_is_an_internal_error():
+    lc = Lifecycle((AR,), (True,), spec=_without(lambda r: not (r.event is ev.Abort and r.source is ReqState.WAITING)))
+    lc.handle(ev.Submit(0, n=2))  # the parent waits on two children, both WAITING
+    with pytest.raises(InternalError, match="fan-out Abort"):
+        lc.handle(ev.Abort(0))  # the parent's abort reaches its children: no row for them
+
+
+def test_an_engine_effect_on_a_request_row_is_refused_when_built():
+    row = attrs.evolve(SPEC.rows[0], effects=(Effect.SEND_RPC,))
+    with pytest.raises(ConfigError, match="SEND_RPC has no meaning for a request"):
+        Lifecycle((AR,), (True,), spec=attrs.evolve(SPEC, rows=(row, *SPEC.rows[1:])))

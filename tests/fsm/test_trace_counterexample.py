@@ -76,14 +76,14 @@ def test_explore_cli_says_in_one_line_when_a_counterexample_cannot_be_replayed(
 
 def test_explore_cli_says_in_one_line_when_out_is_unwritable(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                             monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
-    cx = Counterexample("ORCH-INV-100", "made up", (ev.Submit(1),))
-    monkeypatch.setattr(explore_cli, "explore", _found(cx))
+    searched: list[int] = []
+    monkeypatch.setattr(explore_cli, "explore", lambda *a, **k: searched.append(1))
     blocker = tmp_path / "file"
     blocker.write_text("")
     code = cli_main(["explore", "--requests", "1", "--stages", "1", "--out", str(blocker / "sub")])
     err = capsys.readouterr().err
-    assert code == 2
-    assert err.splitlines()[-1].startswith(f"omni-fsm explore: {blocker / 'sub'}/counterexample-ORCH-INV-100")
+    assert code == 2 and searched == []  # refused before the search, not after it
+    assert err.splitlines()[-1] == f"omni-fsm explore: --out {blocker / 'sub'}: Not a directory"
 
 
 def test_main_writes_a_complete_counterexample_that_check_reads(tmp_path: Path, capsys: pytest.CaptureFixture[str],
