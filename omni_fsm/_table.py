@@ -4,17 +4,9 @@ the named guards its rows test (``_guards.py``: one expression each).
 Rows are keyed ``(state, event type, guards)``; the first row whose guards hold gives the next
 state and the effects. The ``transitions`` reference machine, the compiled fast path, the
 diagrams and the explorer's successor function are all built from ``SPEC``; nothing re-types a
-transition elsewhere. Anything not in the table is handled by ``MISS_POLICY``:
-
-- a *client* event with no row is API misuse: one typed error naming request, state and event,
-  and nothing changes;
-- a *runtime* event for an id no longer tracked, or for a stage the request is not bound to
-  (a duplicate, a late completion), is dropped and counted;
-- any other *runtime* event with no row fails that request with ``error`` (it is handled as
-  ``StageFailed``);
-- an *internal* event with no row is a bug of the core: ``InternalError``.
-
-``MISS_POLICY`` names these outcomes by event origin; ``core.Lifecycle`` carries them out.
+transition elsewhere. Anything not in the table is handled by ``MISS_POLICY`` (below): by the
+event's origin, a client's misuse is refused and nothing changes, a runtime report fails that
+request, an internal event is a bug of the core; ``core.Lifecycle`` dispatches on it.
 
 Entering any terminal state runs ``ON_TERMINAL`` (emit the one terminal, notify the parent,
 abort open dependents, drop the record), so every terminal path cleans up the same way.
@@ -94,12 +86,20 @@ class Row:
         return self.event.__name__ + (f" [{' & '.join(conds)}]" if conds else "")
 
 
-#: What happens to an event the table has no row for, by the event's ``ORIGIN``.
-MISS_POLICY: dict[ev.Origin, str] = {
-    ev.CLIENT: "raise LifecycleError; nothing changes",
-    ev.RUNTIME: "drop and count if the id is untracked or the stage stale; else fail the request (error)",
-    ev.INTERNAL: "raise InternalError (a bug of the core)",
-}
+class Miss(IdentityHashedEnum):
+    """What the core does with an event the table has no row for; the value says it in words."""
+
+    REFUSE = ("API misuse: one typed error (LifecycleError) naming the request, the state and the event,"
+              " and nothing changes")  # fmt: skip
+    FAIL_REQUEST = ("the request fails (handled as StageFailed: finish reason error); an engine-wide"
+                    " report is dropped and counted as stale")  # fmt: skip
+    BUG = "a bug of the core (InternalError)"
+
+
+#: What happens to an event the table has no row for, by the event's ``ORIGIN`` (the core
+#: dispatches on it; the diagrams print it). A runtime report for an id no longer tracked, or
+#: for a stage the request is not bound to, never reaches the table: it is dropped and counted.
+MISS_POLICY: dict[ev.Origin, Miss] = {ev.CLIENT: Miss.REFUSE, ev.RUNTIME: Miss.FAIL_REQUEST, ev.INTERNAL: Miss.BUG}
 
 #: States of an ``n>1`` parent: it waits for its samples (its children), or aborts them.
 PARENTS: tuple[ReqState, ...] = (S.AWAITING_CHILDREN, S.ABORTING_CHILDREN)
@@ -264,4 +264,4 @@ class Spec:
 #: The lifecycle specification: the request table and the engine's control-plane table.
 SPEC = Spec(tuple(request_rows()), tuple(engine_rows()))
 
-__all__ = ["ABORTABLE_BOUND", "MISS_POLICY", "ON_TERMINAL", "SPEC", "STAGE_LIVE", "Effect", "Row", "Spec"]
+__all__ = ["ABORTABLE_BOUND", "MISS_POLICY", "ON_TERMINAL", "SPEC", "STAGE_LIVE", "Effect", "Miss", "Row", "Spec"]

@@ -16,7 +16,7 @@ from omni_fsm import observations as ob
 from omni_fsm._compiled import CompiledTable
 from omni_fsm._guards import fold_outcome
 from omni_fsm._record import Engine, Record
-from omni_fsm._table import PARENTS, SPEC, STAGE_LIVE, Effect, Row, Spec
+from omni_fsm._table import MISS_POLICY, PARENTS, SPEC, STAGE_LIVE, Effect, Miss, Row, Spec
 from omni_fsm._vocab import (
     BOUND,
     STOP_REASON,
@@ -180,9 +180,10 @@ class Lifecycle:
     def _fire(self, rec: Record, event: ev.RequestEvent, out: Out) -> Row:
         row = self.table.select(rec, event, self.engine)
         if row is None:
-            if event.ORIGIN == ev.CLIENT:
+            miss = MISS_POLICY[event.ORIGIN]
+            if miss is Miss.REFUSE:
                 raise LifecycleError(rec.rid, rec.state, event)
-            if event.ORIGIN == ev.INTERNAL:
+            if miss is Miss.BUG:
                 raise InternalError(f"no row for internal {event!r} in {rec.state!r}")
             if event.__class__ is ev.StageFailed:  # the fallback itself has no row: a table bug
                 raise InternalError(f"no row for {event!r} in {rec.state!r}")
@@ -237,8 +238,11 @@ class Lifecycle:
             raise LifecycleError(None, eng.state, event, "call id already in flight")
         row = self.engine_table.select(eng, event, eng)
         if row is None:
-            if event.ORIGIN == ev.CLIENT:
+            miss = MISS_POLICY[event.ORIGIN]
+            if miss is Miss.REFUSE:
                 raise LifecycleError(None, eng.state, event)
+            if miss is Miss.BUG:  # pragma: no cover - no internal engine event exists
+                raise InternalError(f"no engine row for internal {event!r} in {eng.state!r}")
             self.counters.dropped_stale += 1
             out.append(ob.Dropped(-1, type(event).__name__, "stale"))
             return

@@ -11,7 +11,7 @@ import argparse
 import enum
 from typing import Any, Literal
 
-from omni_fsm._table import SPEC, Row, Spec
+from omni_fsm._table import MISS_POLICY, SPEC, Row, Spec
 from omni_fsm._vocab import BOUND, ENGINE_TERMINAL, HOLDS_SLOT, LIVE, PARKED, TERMINAL, EngineState, ReqState
 from omni_fsm.errors import ConfigError
 
@@ -121,12 +121,10 @@ def render_lifecycle_markdown(spec: Spec = SPEC) -> str:
         "",
         "## When no row matches",
         "",
-        "- a *client* event (submit, abort, control RPC) with no row is API misuse: one typed error naming"
-        " the request, the state and the event, and nothing changes;",
-        "- a *runtime* event for an id no longer tracked, or for a stage the request is not bound to"
-        " (a duplicate, a late completion), is dropped and counted;",
-        "- any other *runtime* event with no row fails that request (handled as `StageFailed`);",
-        "- an *internal* event with no row is a bug of the core (`InternalError`).",
+        *(f"- {'an' if origin.value[0] in 'aeiou' else 'a'} *{origin.value}* event with no row: {miss.value};"
+          for origin, miss in MISS_POLICY.items()),
+        "- a *runtime* report for an id no longer tracked, or for a stage the request is not bound to"
+        " (a duplicate, a late completion), never reaches the table: it is dropped and counted.",
         "",
         "## Request lifecycle",
         "",

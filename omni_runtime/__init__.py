@@ -2,10 +2,13 @@
 
 Dependency direction: ``omni_fsm`` <- this package's core (``orchestrator``, ``commands``,
 ``protocol``, ``adapters``, ``pipeline``) <- drivers (``host``, ``sync``, ``driver``) and runtime
-adapters (``sim``). The core imports no asyncio.
+adapters (``sim``). The core imports no asyncio: ``AsyncEngine`` (the asyncio driver) is
+re-exported lazily, so importing the package or its core loads no event loop machinery.
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
 
 from omni_runtime.adapters import INPUT_ADAPTERS, OUTPUT_ADAPTERS, Prompt, StageInput
 from omni_runtime.commands import (
@@ -22,7 +25,6 @@ from omni_runtime.commands import (
     StopOrchestrator,
     StopRuntimes,
 )  # fmt: skip
-from omni_runtime.driver import AsyncEngine
 from omni_runtime.errors import (
     ConfigError,
     EngineNotRunning,
@@ -44,6 +46,20 @@ from omni_runtime.pipeline import (
 )
 from omni_runtime.protocol import StageRuntime
 from omni_runtime.sync import Engine
+
+if TYPE_CHECKING:  # for type checkers; at run time ``__getattr__`` imports it on first use
+    from omni_runtime.driver import AsyncEngine
+
+
+def __getattr__(name: str) -> Any:
+    """Return ``AsyncEngine`` (the asyncio driver), imported on first use."""
+    if name == "AsyncEngine":
+        from omni_runtime.driver import AsyncEngine
+
+        globals()[name] = AsyncEngine
+        return AsyncEngine
+    raise AttributeError(f"module 'omni_runtime' has no attribute {name!r}")
+
 
 __all__ = [
     "INPUT_ADAPTERS", "OUTPUT_ADAPTERS", "AbortAnswer", "AbortAt", "AsyncEngine", "ClientMessage", "Command",

@@ -73,3 +73,10 @@ def test_an_engine_effect_on_a_request_row_is_refused_when_built():
     row = attrs.evolve(SPEC.rows[0], effects=(Effect.SEND_RPC,))
     with pytest.raises(ConfigError, match="SEND_RPC has no meaning for a request"):
         Lifecycle((AR,), (True,), spec=attrs.evolve(SPEC, rows=(row, *SPEC.rows[1:])))
+
+
+def test_the_miss_policy_covers_every_event_origin():
+    from omni_fsm._table import MISS_POLICY
+
+    assert set(MISS_POLICY) == set(ev.Origin)
+    assert all(ev_cls.ORIGIN in MISS_POLICY for ev_cls in (*ev.REQUEST_EVENTS, *ev.ENGINE_EVENTS))
