@@ -175,7 +175,9 @@ def main() -> int:
     driver: dict[tuple[int, float], list[Run]] = {w: [] for w in WORKLOADS}
     for _ in range(ROUNDS):  # round-robin over workloads, core and driver alternating: all see the same machine
         for workload in WORKLOADS:
+            gc.collect()  # each run starts from a collected heap (the collector stays on, as in a host program)
             core[workload].append(core_run(*workload))
+            gc.collect()
             driver[workload].append(driver_run(*workload))
     runs = [r for w in WORKLOADS for r in core[w] + driver[w]]
     lost, duplicated = sum(r[2] for r in runs), sum(r[3] for r in runs)

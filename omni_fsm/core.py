@@ -169,8 +169,8 @@ class Lifecycle:
         if event.n < 1 or event.companions < 0 or (event.n > 1 and event.companions > 0):
             raise LifecycleError(event.rid, ReqState.NEW, event, "need n >= 1, companions >= 0, not both")
         owned = fanout(event.n, event.companions)
-        for dep in (dependent_id(event.rid, k) for k in range(owned)):
-            if dep in self.records:
+        for k in range(owned):
+            if (dep := dependent_id(event.rid, k)) in self.records:
                 raise LifecycleError(dep, self.records[dep].state, event, "dependent id already tracked")
         rec = Record(event.rid, last_stage=len(self.engine.kinds) - 1, fanout=owned,
                      children_left=event.n if event.n > 1 else 0, companions_left=event.companions)
