@@ -22,12 +22,13 @@ from typing import Any
 import attrs
 
 from omni_fsm import events as ev
-from omni_fsm._record import Record
+from omni_fsm._record import ENGINE_FIELDS, RECORD_FIELDS, Record, field_index
 from omni_fsm._table import SPEC, STAGE_LIVE, Spec
 from omni_fsm._vocab import LIVE, ControlMethod, ReqState, StageKind, StopKind
 from omni_fsm.core import Lifecycle, fanout
 from omni_fsm.errors import ConfigError, LifecycleError
 from omni_fsm.invariants import Monitor
+from omni_fsm.invariants._monitor import VIEW_FIELDS
 
 FAMILIES: dict[str, tuple[type[ev.Event], ...]] = {
     "submit": (ev.Submit,),
@@ -114,8 +115,10 @@ class Report:
 
 
 # -- the family codec: absolute rids <-> family-relative offsets ---------------------------------
-_REC_PARENT = 2
-_VIEW_PARENT, _VIEW_CHILDREN = 1, 2
+_REC_PARENT, _REC_STATE, _REC_STAGE, _REC_TOKENS = (field_index(RECORD_FIELDS, f)
+                                                   for f in ("parent", "state", "stage", "tokens"))
+_ENG_SLOTS, _ENG_RPCS = field_index(ENGINE_FIELDS, "slots_used"), field_index(ENGINE_FIELDS, "pending_rpcs")
+_VIEW_PARENT, _VIEW_CHILDREN = field_index(VIEW_FIELDS, "parent"), field_index(VIEW_FIELDS, "children")
 
 Family = tuple[tuple[tuple[int, tuple[Any, ...]], ...], tuple[tuple[int, tuple[Any, ...]], ...]]
 
@@ -134,8 +137,10 @@ def _shift_view(snap: tuple[Any, ...], delta: int) -> tuple[Any, ...]:
     parent, children = snap[_VIEW_PARENT], snap[_VIEW_CHILDREN]
     if parent < 0 and not children:
         return snap
-    return (snap[0], parent + delta if parent >= 0 else parent, tuple(c + delta for c in children),
-            *snap[_VIEW_CHILDREN + 1 :])
+    shifted = list(snap)
+    shifted[_VIEW_PARENT] = parent + delta if parent >= 0 else parent
+    shifted[_VIEW_CHILDREN] = tuple(c + delta for c in children)
+    return tuple(shifted)
 
 
 class Explorer:
@@ -268,7 +273,8 @@ class Explorer:
         g2 = self._applied.get(key)
         if g2 is None:
             (eng, mg), (de, dm) = self.globals[gid], delta
-            eng2 = (eng[0], tuple(a + d for a, d in zip(eng[1], de, strict=True)), *eng[2:])
+            slots = tuple(a + d for a, d in zip(eng[_ENG_SLOTS], de, strict=True))
+            eng2 = (*eng[:_ENG_SLOTS], slots, *eng[_ENG_SLOTS + 1 :])
             mg2 = (mg[0], tuple(a + d for a, d in zip(mg[1], dm, strict=True)), *mg[2:])
             g2 = self._applied[key] = self._intern_global((eng2, mg2))
         return g2
@@ -348,7 +354,7 @@ class Explorer:
         out: list[Step] = []
         live = {off for off, _ in recs}
         for off, snap in recs:
-            state, stage, tokens = snap[0], snap[3], snap[8]
+            state, stage, tokens = snap[_REC_STATE], snap[_REC_STAGE], snap[_REC_TOKENS]
             if state in _UNBOUND:
                 if "abort" in fams:
                     out.append(ev.Abort(off))
@@ -385,7 +391,7 @@ class Explorer:
         if isinstance(event, tuple) or event.ORIGIN != ev.RUNTIME or not isinstance(event, ev.StageEvent):
             return False
         snap = dict(recs).get(event.rid)
-        if snap is None or snap[3] != event.stage:
+        if snap is None or snap[_REC_STAGE] != event.stage:
             return False  # late or stale: dropped, not illegal
         self.lc.engine.load(eng)
         rec = Record(event.rid)
@@ -402,7 +408,7 @@ class Explorer:
         fams = self.bound.families
         eng = self.globals[gid][0]
         out: list[Step] = []
-        pending = dict(eng[4])
+        pending = dict(eng[_ENG_RPCS])
         if "control" in fams and not pending:  # a control call and its result, one at a time
             for method, cid in _CONTROL_IDS.items():
                 out.append((ev.Control(cid, method), ev.RpcDone(cid)))

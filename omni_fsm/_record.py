@@ -8,6 +8,17 @@ import attrs
 
 from omni_fsm._vocab import ControlMethod, EngineState, ReqState, Role, StageKind
 
+#: The order of ``Record.snapshot()``'s fields (the explorer reads snapshots by these names).
+RECORD_FIELDS = ("state", "role", "parent", "stage", "last_stage", "fanout", "children_left", "companions_left",
+                 "tokens", "resume", "worst", "sample")  # fmt: skip
+#: The order of ``Engine.snapshot()``'s fields.
+ENGINE_FIELDS = ("state", "slots_used", "sleep_level", "sleep_tags", "pending_rpcs")
+
+
+def field_index(fields: tuple[str, ...], name: str) -> int:
+    """Return the position of ``name`` in a snapshot whose fields are ``fields``."""
+    return fields.index(name)
+
 
 @attrs.define(slots=True, eq=False, weakref_slot=False)
 class Record:
@@ -28,7 +39,7 @@ class Record:
     sample: int = 0  #: a child's sample index
 
     def snapshot(self) -> tuple[object, ...]:
-        """Return the record's fields as a hashable tuple (the explorer's state)."""
+        """Return the record's fields as a hashable tuple, in ``RECORD_FIELDS`` order (the explorer's state)."""
         return (self.state, self.role, self.parent, self.stage, self.last_stage, self.fanout,
                 self.children_left, self.companions_left, self.tokens, self.resume,
                 self.worst, self.sample)
@@ -57,7 +68,7 @@ class Engine:
             self.slots_used = [0] * len(self.kinds)
 
     def snapshot(self) -> tuple[object, ...]:
-        """Return the mutable fields as a hashable tuple."""
+        """Return the mutable fields as a hashable tuple, in ``ENGINE_FIELDS`` order."""
         return (self.state, tuple(self.slots_used), self.sleep_level, self.sleep_tags,
                 tuple(sorted(self.pending_rpcs.items(), key=lambda kv: kv[0])))
 

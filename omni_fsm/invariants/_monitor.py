@@ -119,6 +119,13 @@ _REASONS = {Outcome.FINISHED: {"stop", "length", "repetition"}, Outcome.ABORTED:
             Outcome.FAILED: {"error"}, Outcome.FATAL: {"error"}}
 
 
+#: The order of ``View.snapshot()``'s fields (the explorer reads snapshots by these names).
+VIEW_FIELDS = ("role", "parent", "children", "open_children", "companions", "companions_done", "stage",
+               "forwarded_to", "finished_at", "generated", "status", "last_emit_stage", "sample_stages",
+               "terminals", "abort_requested", "abort_sent", "abort_ok", "committed", "slot", "released",
+               "while_sleeping")  # fmt: skip
+
+
 @attrs.define(slots=True)
 class View:
     """What the history has shown about one request so far."""
@@ -146,7 +153,7 @@ class View:
     while_sleeping: bool = False  #: submitted while the engine slept
 
     def snapshot(self) -> tuple[Any, ...]:
-        """Return the view as a hashable tuple (field order)."""
+        """Return the view as a hashable tuple, in ``VIEW_FIELDS`` order."""
         return (self.role, self.parent, self.children, self.open_children, self.companions,
                 self.companions_done, self.stage, self.forwarded_to, self.finished_at, self.generated,
                 self.status, self.last_emit_stage, self.sample_stages, self.terminals, self.abort_requested,

@@ -143,3 +143,19 @@ def test_explore_cli_prints_the_report_and_exits_zero(capsys: Any, tmp_path: Any
 def test_explore_cli_rejects_unknown_family(capsys: Any) -> None:
     assert cli_main(["explore", "--families", "submit,telepathy"]) == 2
     assert "telepathy" in capsys.readouterr().err
+
+
+def test_snapshots_follow_their_named_field_orders() -> None:
+    from omni_fsm._record import ENGINE_FIELDS, RECORD_FIELDS, Engine, Record
+    from omni_fsm.invariants._monitor import VIEW_FIELDS, View
+
+    rec = Record(7, parent=3, stage=1, tokens=5, sample=2)
+    assert rec.snapshot() == tuple(getattr(rec, f) for f in RECORD_FIELDS)
+    eng = Engine(kinds=(StageKind.AR,), final=(True,))
+    eng.pending_rpcs[4] = ("sleep", 1, frozenset())  # type: ignore[assignment]
+    snap = dict(zip(ENGINE_FIELDS, eng.snapshot(), strict=True))
+    assert snap == {"state": eng.state, "slots_used": (0,), "sleep_level": 0, "sleep_tags": frozenset(),
+                    "pending_rpcs": ((4, ("sleep", 1, frozenset())),)}
+    view = View()
+    assert len(view.snapshot()) == len(VIEW_FIELDS)
+    assert view.snapshot() == tuple(getattr(view, f) for f in VIEW_FIELDS)
