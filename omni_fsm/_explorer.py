@@ -451,7 +451,8 @@ def _rebase(event: Any, base: int) -> Any:
 
 
 def explore(bound: Bound = Bound(), spec: Spec = SPEC, symmetry: bool = False, liveness: bool = True,
-            progress: Callable[[int, int, float], None] | None = None) -> Report:
+            progress: Callable[[int, int, float], None] | None = None,
+            on_phase: Callable[[str], None] | None = None) -> Report:
     """Explore every state reachable within ``bound``; return the report (pure: no I/O)."""
     from omni_fsm.invariants import CHECKS
 
@@ -528,6 +529,10 @@ def explore(bound: Bound = Bound(), spec: Spec = SPEC, symmetry: bool = False, l
         if progress is not None and sid % 4096 == 0 and time.perf_counter() > next_report:
             next_report = time.perf_counter() + 1.0
             progress(len(states), edges, next_report - 1.0 - start)
+    if progress is not None:  # the search is over: its final counts
+        progress(len(states), edges, time.perf_counter() - start)
+    if check_live and on_phase is not None:
+        on_phase("checking liveness")
     stuck = _liveness(len(states), parents, goals, preds, bad, block) if check_live else None
     seconds = time.perf_counter() - start
     invariants = tuple(sorted({c.invariant for c in CHECKS.values()}))

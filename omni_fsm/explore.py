@@ -79,7 +79,8 @@ def main(args: argparse.Namespace) -> int:
         print(f"omni-fsm explore: --out {args.out}: {problem}", file=sys.stderr)
         return 2
     with ProgressLine(sys.stderr) as progress:
-        report = explore(bound, symmetry=args.symmetry, liveness=not args.no_liveness, progress=progress.update)
+        report = explore(bound, symmetry=args.symmetry, liveness=not args.no_liveness, progress=progress.update,
+                         on_phase=progress.set_phase)
     print_report(report, bound, sys.stdout)
     for cx in (*report.violations, *([report.stuck] if report.stuck else [])):
         path = args.out / f"counterexample-{cx.invariant}.trace.jsonl"
@@ -109,8 +110,9 @@ def _unwritable(folder: Path) -> str | None:
 class ProgressLine:
     """Shows ``exploring: S states, E edges, T s`` on ``stream`` while the explorer runs.
 
-    The explorer reports its counts (``update``) only while it searches; a ticker thread writes
-    the latest ones with the time so far, so the line keeps coming through the liveness phase.
+    The explorer reports its counts (``update``) while it searches and names its next phase
+    (``phase``: ``checking liveness``); a ticker thread writes the latest counts with the time so
+    far, so the line keeps coming, and says which phase it is in, through the liveness check.
     On a terminal the line is rewritten in place every second; elsewhere (a log, CI) it is a
     plain line every ``PROGRESS_EVERY`` seconds.
     """
@@ -119,6 +121,7 @@ class ProgressLine:
         self.stream, self.tty = stream, stream.isatty()
         self.every = every if every is not None else PROGRESS_EVERY_TTY if self.tty else PROGRESS_EVERY
         self.counts = (0, 0)
+        self.phase = "exploring"
         self.shown = False
         self._started = time.perf_counter()
         self._stop = threading.Event()
@@ -128,10 +131,14 @@ class ProgressLine:
         """Take the explorer's latest counts (its ``progress`` callback)."""
         self.counts = (states, edges)
 
+    def set_phase(self, phase: str) -> None:
+        """Take the name of the explorer's next phase (its ``on_phase`` callback)."""
+        self.phase = phase
+
     def _tick(self) -> None:
         while not self._stop.wait(self.every):
             states, edges = self.counts
-            line = f"exploring: {states:,} states, {edges:,} edges, {time.perf_counter() - self._started:.0f} s"
+            line = f"{self.phase}: {states:,} states, {edges:,} edges, {time.perf_counter() - self._started:.0f} s"
             self.stream.write(f"\r{line}" if self.tty else f"{line}\n")
             self.stream.flush()
             self.shown = True

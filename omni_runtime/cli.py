@@ -19,6 +19,10 @@ from omni_runtime.workload import DemoReport, WorkloadOptions, max_replica_death
 RUNTIMES = ("sim",)
 
 
+#: A failed run writes no trace: the writer puts the file in place only after its end marker.
+_NO_NEW_TRACE = " (no new trace written; {trace} keeps what it held before)"
+
+
 def _count(minimum: int) -> Callable[[str], int]:
     """Return an argparse type: an integer of at least ``minimum``."""
 
@@ -94,10 +98,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         report = asyncio.run(run_demo(pipeline, options, args.trace, progress))
     except OmniRuntimeError as exc:
-        print(f"omni-run: {exc}", file=sys.stderr)
+        print(f"omni-run: {exc}{_NO_NEW_TRACE.format(trace=args.trace)}", file=sys.stderr)
         return 2
     except OSError as exc:  # the trace file could not be written
-        print(f"omni-run: {args.trace}: {exc.strerror or exc}", file=sys.stderr)
+        print(f"omni-run: {args.trace}: {exc.strerror or exc}{_NO_NEW_TRACE.format(trace=args.trace)}",
+              file=sys.stderr)  # fmt: skip
         return 2
     print(render(report, args.trace))
     return 1 if report.violations else 0

@@ -52,6 +52,25 @@ def test_lines_keep_coming_without_updates_as_in_the_liveness_phase() -> None:
     assert stream.getvalue().count("exploring: 10 states, 20 edges, ") >= 3
 
 
+def test_the_line_names_the_liveness_phase_once_the_search_is_over() -> None:
+    stream = io.StringIO()
+    with ProgressLine(stream, every=0.01) as progress:
+        progress.update(10, 20, 0.1)
+        progress.set_phase("checking liveness")
+        deadline = time.monotonic() + 10
+        while "checking liveness:" not in stream.getvalue() and time.monotonic() < deadline:
+            time.sleep(0.005)
+    assert "checking liveness: 10 states, 20 edges, " in stream.getvalue()
+
+
+def test_the_explorer_reports_its_final_counts_then_the_liveness_phase() -> None:
+    from omni_fsm._explorer import Bound, explore
+
+    seen: list[object] = []
+    report = explore(Bound(requests=1), progress=lambda s, e, t: seen.append((s, e)), on_phase=seen.append)
+    assert seen[-2:] == [(report.states, report.edges), "checking liveness"]
+
+
 def test_one_line_rewritten_in_place_on_a_terminal() -> None:
     stream = Terminal()
     with ProgressLine(stream, every=0.01) as progress:

@@ -91,3 +91,12 @@ def test_replica_deaths_are_bounded_by_the_pipeline():
     with pytest.raises(ConfigError, match="3 replica deaths asked"):
         sim_config(pipeline, WorkloadOptions(replica_deaths=3))
     assert sim_config(simple_pipeline([StageKind.AR]), WorkloadOptions()).replica_deaths == ()
+
+
+def test_a_trace_path_that_cannot_be_written_is_one_line_and_writes_nothing(tmp_path, capsys):
+    blocked = tmp_path / "a-directory"
+    blocked.mkdir()
+    assert main([EXAMPLE, "--no-progress", "--requests", "2", "--trace", str(blocked)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"omni-run: {blocked}: ") and "no new trace written" in err
+    assert "Traceback" not in err and list(blocked.iterdir()) == []
