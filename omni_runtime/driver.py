@@ -18,7 +18,7 @@ from omni_runtime import commands as cmd
 from omni_runtime import protocol as rp
 from omni_runtime.adapters import Prompt
 from omni_runtime.commands import ClientMessage
-from omni_runtime.errors import ConfigError, RpcError
+from omni_runtime.errors import ConfigError, EngineNotRunning, OmniRuntimeError, RpcError
 from omni_runtime.host import Host, Listener
 from omni_runtime.orchestrator import StepHook
 from omni_runtime.pipeline import Pipeline, require_pipeline
@@ -45,13 +45,19 @@ class AsyncEngine:
         self._orchestrator_task: asyncio.Task[None] | None = None
         self._waiters: dict[tuple[type, int], asyncio.Future[cmd.Command]] = {}
         self.host.answered = self._answered
+        self.loop_error: Exception | None = None  #: what made the orchestrator loop fail (raised by shutdown)
+        self._shut = False
         self.host.stop_runtimes = lambda: None  # deferred: the loop must stop first (see shutdown)
 
     # -- lifecycle of the loops -------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Start the loop tasks (idempotent)."""
+        """Start the loop tasks in the running event loop (idempotent there; one loop per engine)."""
+        if self._shut:
+            raise EngineNotRunning("the engine is shut down")
         if self._tasks:
+            if self._tasks[0].get_loop() is not asyncio.get_running_loop():
+                raise OmniRuntimeError("an AsyncEngine runs in the event loop that started it, not another one")
             return
         self._idle = asyncio.Event()
         self._idle.set()
@@ -78,6 +84,12 @@ class AsyncEngine:
         self._tasks.append(self._orchestrator_task)
 
     async def _event_loop(self, ready: deque[tuple[int, int]], signal: asyncio.Event) -> None:
+        try:
+            await self._event_loop_body(ready, signal)
+        except Exception as exc:  # a bug here or in a runtime's report: fail every request, never hang
+            self._crashed(exc)
+
+    async def _event_loop_body(self, ready: deque[tuple[int, int]], signal: asyncio.Event) -> None:
         host, popleft = self.host, ready.popleft
         buffers, report, execute = host.buffers, host.orchestrator.report, host.execute
         while True:
@@ -104,6 +116,12 @@ class AsyncEngine:
                 await wake.wait()
 
     async def _poll_loop(self) -> None:
+        try:
+            await self._poll_loop_body()
+        except Exception as exc:  # as in the event-driven loop
+            self._crashed(exc)
+
+    async def _poll_loop_body(self) -> None:
         while True:
             self._work.clear()
             if self.host.pump():
@@ -112,17 +130,30 @@ class AsyncEngine:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._work.wait(), self.poll_interval)
 
+    def _crashed(self, exc: Exception) -> None:
+        """The orchestrator loop failed: keep the error, end every open request (fatal), stop."""
+        self.loop_error = exc
+        self.host.history.append(f"orchestrator loop failed: {type(exc).__name__}: {exc}")
+        with contextlib.suppress(Exception):  # best effort: the state that broke the loop may break this too
+            self.host.fail_engine()
+
     async def shutdown(self) -> None:
-        """Every open request gets its terminal; the orchestrator loop stops; then the runtimes shut down."""
-        self.host.shutdown()
+        """Every open request gets its terminal; the orchestrator loop stops; then the runtimes shut down.
+
+        Raises ``OmniRuntimeError`` (after shutting everything down) if the loop had failed.
+        """
+        self._shut = True
+        with contextlib.suppress(Exception):  # a loop that failed leaves the host as it could
+            self.host.shutdown()
         for task in self._tasks:
             task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks.clear()
         self.host.history.append("orchestrator loop ended")
         self.host.shutdown_runtimes()
+        if self.loop_error is not None:
+            error, self.loop_error = self.loop_error, None
+            raise OmniRuntimeError(f"the orchestrator loop failed: {type(error).__name__}: {error}") from error
 
     async def __aenter__(self) -> AsyncEngine:
         await self.start()
@@ -182,6 +213,8 @@ class AsyncEngine:
             return await future
         finally:
             self._waiters.pop((kind, call), None)
+            if not future.done() or future.cancelled():  # the caller gave up: its answer is not kept
+                self.host.unclaim(call)
             answers.pop(call, None)
 
     def _answered(self, answer: cmd.Command) -> None:

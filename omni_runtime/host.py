@@ -14,7 +14,7 @@ from omni_fsm import SPEC, ControlMethod, EngineState, Spec
 from omni_runtime import commands as cmd
 from omni_runtime import protocol as rp
 from omni_runtime.adapters import Prompt
-from omni_runtime.errors import ConfigError
+from omni_runtime.errors import ConfigError, OmniRuntimeError
 from omni_runtime.orchestrator import Orchestrator, StepHook
 from omni_runtime.pipeline import Pipeline, require_pipeline
 
@@ -38,7 +38,7 @@ class Host:
         self.listeners: dict[int, Listener] = {}
         self.abort_answers: dict[int, cmd.AbortAnswer] = {}
         self.rpc_answers: dict[int, cmd.RpcAnswer] = {}
-        self._unclaimed: set[int] = set()  #: abort calls nobody waits for: their answers are not kept
+        self._unclaimed: set[int] = set()  #: abort / RPC calls nobody waits for: their answers are not kept
         self.engine_state = EngineState.RUNNING
         self.orchestrator_stopped = False
         self.runtimes_stopped = False
@@ -50,6 +50,8 @@ class Host:
         self.pending: deque[cmd.Command] = deque()
         self._executing = False
         self.lost: set[tuple[int, int]] = set()  #: runtimes that raised in ``step``: never stepped again
+        #: (request id, exception) of each listener that raised: its request was aborted, nothing else
+        self.listener_errors: list[tuple[int, Exception]] = []
         self._sinks = [[self._sink(stage, replica) for replica in range(len(r))] for stage, r in enumerate(runtimes)]
         for stage, replicas in enumerate(self.runtimes):
             for replica, runtime in enumerate(replicas):
@@ -89,6 +91,12 @@ class Host:
         call, out = self.orchestrator.control(method, level, tags)
         self.execute(out)
         return call
+
+    def fail_engine(self) -> None:
+        """The engine cannot go on (its loop failed): every open request ends as fatal."""
+        if not self.orchestrator_stopped:
+            self.pending.clear()
+            self.execute(self.orchestrator.report(0, 0, rp.EngineDead()))
 
     def shutdown(self) -> None:
         """Shut the orchestrator down (every open request gets its terminal), then the runtimes."""
@@ -182,7 +190,10 @@ class Host:
                 self.abort_answers[c.call_id] = c  # type: ignore[attr-defined,assignment]
             self.answered(c)
         elif kind is cmd.RpcAnswer:
-            self.rpc_answers[c.call_id] = c  # type: ignore[attr-defined,assignment]
+            if c.call_id in self._unclaimed:  # type: ignore[attr-defined]
+                self._unclaimed.discard(c.call_id)  # type: ignore[attr-defined]
+            else:
+                self.rpc_answers[c.call_id] = c  # type: ignore[attr-defined,assignment]
             self.answered(c)
         elif kind is cmd.EngineChanged:
             self.engine_state = c.state  # type: ignore[attr-defined]
@@ -197,18 +208,40 @@ class Host:
         if message.finished:
             self.listeners.pop(message.rid, None)
         if listener is not None:
-            listener(message)
+            try:
+                listener(message)
+            except Exception as exc:  # the consumer broke: like one that stopped early, its request is aborted
+                self.listener_errors.append((message.rid, exc))
+                self.listeners.pop(message.rid, None)
+                if not message.finished and message.rid in self.orchestrator.routes:
+                    self.abort(message.rid, keep_answer=False)
         else:
             box = self.mailboxes.get(message.rid)
             if box is not None:
                 box.append(message)
 
+    def unclaim(self, call: int) -> None:
+        """Nobody waits for the answer of abort or RPC ``call`` any more: drop it when it comes."""
+        if self.abort_answers.pop(call, None) is None and self.rpc_answers.pop(call, None) is None:
+            self._unclaimed.add(call)
+
     def shutdown_runtimes(self) -> None:
-        """Shut every runtime down (after the orchestrator stopped); idempotent."""
+        """Shut every runtime down (after the orchestrator stopped); idempotent.
+
+        Every runtime is asked, even after one raised; then ``OmniRuntimeError`` names those that did.
+        """
         if self.runtimes_stopped:
             return
         self.runtimes_stopped = True
+        failed = []
         for stage, replicas in enumerate(self.runtimes):
             for replica, runtime in enumerate(replicas):
-                runtime.shutdown()
-                self.history.append(f"runtime {stage}/{replica} shut down")
+                try:
+                    runtime.shutdown()
+                except Exception as exc:  # outside code: the others still get their shutdown
+                    failed.append(f"runtime {stage}/{replica}: {type(exc).__name__}: {exc}")
+                    self.history.append(f"runtime {stage}/{replica} raised in shutdown")
+                else:
+                    self.history.append(f"runtime {stage}/{replica} shut down")
+        if failed:
+            raise OmniRuntimeError("shutdown raised in " + "; ".join(failed))

@@ -36,8 +36,8 @@ _STATUS_EVENTS: dict[rp.Status, type[ev.StageEvent]] = {
 class _Route:
     """Routing data of one tracked request (client, child or companion)."""
 
-    __slots__ = ("companion", "companions", "error", "held", "next_seq", "parent", "prompt", "replica", "result",
-                 "stage")  # fmt: skip
+    __slots__ = ("abort_id", "companion", "companions", "error", "held", "next_seq", "parent", "prompt", "replica",
+                 "result", "stage")  # fmt: skip
 
     def __init__(self, prompt: Prompt, parent: int = -1, companion: bool = False) -> None:
         self.prompt = prompt
@@ -50,6 +50,7 @@ class _Route:
         self.result: Any = None  #: accumulated output at the current stage
         self.companions: tuple[Any, ...] = ()  #: results of finished CFG companions
         self.error: str | None = None
+        self.abort_id = -1  #: the physical abort in flight for this request (-1: none)
 
 
 class Stats:
@@ -179,6 +180,9 @@ class Orchestrator:
         pending[2].discard(report.req_id)
         if not pending[2]:
             del self._aborts[report.abort_id]
+        route = self.routes.get(report.req_id)
+        if route is not None and route.abort_id == report.abort_id:
+            route.abort_id = -1
         return self._feed((ev.AbortDone if report.ok else ev.AbortFailed)(report.req_id, stage))
 
     def _rpc_report(self, stage: int, replica: int, report: rp.RpcResult) -> Commands:
@@ -226,7 +230,12 @@ class Orchestrator:
             self._payload = payload
             event: ev.StageEvent = ev.StageOutput(rid, stage, report.tokens)  # type: ignore[attr-defined]
         elif kind is rp.StatusChanged:
-            event = _STATUS_EVENTS[report.status](rid, stage)  # type: ignore[attr-defined]
+            made = _STATUS_EVENTS.get(report.status)  # type: ignore[attr-defined]
+            if made is None:  # not a status of the protocol: the runtime broke it, the request fails
+                route.error = f"runtime reported an unknown status {report.status!r}"  # type: ignore[attr-defined]
+                event = ev.StageFailed(rid, stage)
+            else:
+                event = made(rid, stage)
         elif kind is rp.Finished:
             route.result = self._outputs[stage].finish(route.result, report.payload)  # type: ignore[attr-defined]
             event = ev.StageFinished(rid, stage, report.stop)  # type: ignore[attr-defined]
@@ -244,7 +253,7 @@ class Orchestrator:
         if kind is rp.Finished:
             return ev.StageFinished(rid, stage, report.stop)  # type: ignore[attr-defined]
         if kind is rp.StatusChanged:
-            return _STATUS_EVENTS[report.status](rid, stage)  # type: ignore[attr-defined]
+            return _STATUS_EVENTS.get(report.status, ev.StageFailed)(rid, stage)  # type: ignore[attr-defined]
         return ev.StageFailed(rid, stage)
 
     def _rpc_result(self, call_id: int, where: tuple[int, int], error: str | None) -> Commands:
@@ -279,6 +288,9 @@ class Orchestrator:
             pending = self._aborts.pop(command.abort_id, None)
             out: Commands = []
             for rid in sorted(pending[2]) if pending is not None else ():
+                route = self.routes.get(rid)
+                if route is not None and route.abort_id == command.abort_id:
+                    route.abort_id = -1
                 out += self._feed(ev.AbortFailed(rid, command.stage))
             return out
         if isinstance(command, cmd.RpcCall):
@@ -315,13 +327,22 @@ class Orchestrator:
             handler = handlers.get(o.__class__)
             if handler is not None:  # slot bookkeeping, acknowledgements: nothing to do
                 handler(self, o, out)
-        if self._abort_batch is not None:  # one physical abort per replica per step
-            for (stage, replica), rids in self._abort_batch.items():
-                abort_id = self._call_id()
-                self._aborts[abort_id] = (stage, replica, set(rids))
-                out.append(cmd.AbortAt(stage, replica, abort_id, tuple(rids)))
+        if self._abort_batch is not None:
+            self._send_aborts(self._abort_batch, out)
             self._abort_batch = None
         return out
+
+    def _send_aborts(self, batch: dict[tuple[int, int], list[int]], out: Commands) -> None:
+        """One physical abort per replica per step, for the requests still tracked (one may end in the step)."""
+        for (stage, replica), asked in batch.items():
+            rids = [rid for rid in asked if rid in self.routes]
+            if not rids:
+                continue
+            abort_id = self._call_id()
+            self._aborts[abort_id] = (stage, replica, set(rids))
+            for rid in rids:
+                self.routes[rid].abort_id = abort_id
+            out.append(cmd.AbortAt(stage, replica, abort_id, tuple(rids)))
 
     def _on_emitted(self, o: ob.Emitted, out: Commands) -> None:
         out.append(cmd.Deliver(self._message(o)))
@@ -426,6 +447,12 @@ class Orchestrator:
 
     def _release(self, rid: int, out: Commands) -> None:
         route = self.routes.pop(rid, None)
+        if route is not None and route.abort_id >= 0:  # ended with its physical abort unanswered: forget it
+            pending = self._aborts.get(route.abort_id)
+            if pending is not None:
+                pending[2].discard(rid)
+                if not pending[2]:
+                    del self._aborts[route.abort_id]
         if route is not None and route.parent >= 0:
             parent = self.routes.get(route.parent)
             if parent is not None and route.companion:

@@ -31,6 +31,7 @@ class Engine:
             runtimes = sim_runtimes(pipeline, seed)
         self.host = Host(pipeline, runtimes, spec=spec, on_step=on_step)
         self.max_idle_rounds = max_idle_rounds
+        self._listener_errors_seen = 0
 
     @property
     def orchestrator(self):  # type: ignore[no-untyped-def]
@@ -85,7 +86,7 @@ class Engine:
         """Pump until no runtime has work and no report is buffered."""
         idle = 0
         while idle < 2:
-            idle = 0 if self.host.pump() else idle + 1
+            idle = 0 if self._pump() else idle + 1
 
     def shutdown(self) -> None:
         """Every open request gets its terminal; the orchestrator stops, then the runtimes."""
@@ -94,12 +95,22 @@ class Engine:
     def _pump_until(self, done: object) -> None:
         idle = 0
         while not done():  # type: ignore[operator]
-            if self.host.pump():
+            if self._pump():
                 idle = 0
                 continue
             idle += 1
             if idle > self.max_idle_rounds or self.host.runtimes_stopped:
                 raise OmniRuntimeError("no progress: the runtimes are idle and the answer never came")
+
+    def _pump(self) -> bool:
+        """One polling round; a listener that raised in it is raised here (its request was aborted)."""
+        moved = self.host.pump()
+        errors = self.host.listener_errors
+        if len(errors) > self._listener_errors_seen:
+            rid, exc = errors[self._listener_errors_seen]
+            self._listener_errors_seen += 1
+            raise OmniRuntimeError(f"the listener of request {rid} raised {exc!r}; the request is aborted") from exc
+        return moved
 
     def __enter__(self) -> Engine:
         return self

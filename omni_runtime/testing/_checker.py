@@ -9,6 +9,7 @@ from omni_runtime import protocol as rp
 ONE_FINISH = ("ORCH-INV-101", "one_finish_per_accepted_request")
 NO_OUTPUT_AFTER_ABORT = ("ORCH-INV-209", "no_output_after_acknowledged_abort")
 TRUTHFUL_ABORT = ("ORCH-INV-202", "truthful_abort_result")
+ABORT_ANSWERED = ("ORCH-INV-202", "one_result_per_aborted_request")
 RPC_ERRORS = ("ORCH-INV-205", "rpc_errors_propagated")
 IN_ORDER = ("IO-INV-101", "reports_in_sequence")
 
@@ -37,6 +38,7 @@ class RawStreamChecker:
         self.abort_refused: set[int] = set()  #: the runtime said the request keeps running
         self.next_seq: dict[int, int] = {}
         self.rpcs: dict[int, bool] = {}  #: call id -> the kit made a worker raise
+        self.asked_aborts: dict[int, set[int]] = {}  #: abort id -> the request ids still owed a result
         self.answered: set[int] = set()
         self.dead = False
 
@@ -51,6 +53,9 @@ class RawStreamChecker:
 
     def rpc(self, call_id: int, worker_raises: bool) -> None:
         self.rpcs[call_id] = worker_raises
+
+    def aborting(self, abort_id: int, req_ids: list[int]) -> None:
+        self.asked_aborts[abort_id] = set(req_ids)
 
     # -- what the runtime reported -----------------------------------------------------------------
 
@@ -84,6 +89,12 @@ class RawStreamChecker:
 
     def _abort(self, report: rp.AbortResult) -> None:
         rid = report.req_id
+        owed = self.asked_aborts.get(report.abort_id)
+        if owed is None or rid not in owed:
+            self._fail(ABORT_ANSWERED, rid, f"a result for abort {report.abort_id} of {rid}, which nobody asked "
+                                            f"for (or a second one)")  # fmt: skip
+            return
+        owed.discard(rid)
         if report.ok:
             if rid in self.accepted and rid not in self.finished:
                 self.aborted.add(rid)
@@ -114,4 +125,7 @@ class RawStreamChecker:
                     self._fail(ONE_FINISH, rid, "accepted but never finished")
             for call in sorted(set(self.rpcs) - self.answered):
                 self._fail(RPC_ERRORS, call, "RPC never answered")
+            for abort_id, owed in sorted(self.asked_aborts.items()):
+                for rid in sorted(owed):
+                    self._fail(ABORT_ANSWERED, rid, f"abort {abort_id} of request {rid} never answered")
         return self.violations

@@ -57,7 +57,9 @@ def make_machine(factory: KitFactory, rpc_fails: bool = False) -> type[RuleBased
         @rule(data=st.data())
         def abort(self, data: st.DataObject) -> None:
             req = data.draw(st.integers(0, self.next_id - 1))
-            self.runtime.abort_requests(1000 + req, [req])
+            abort_id = 1000 + len(self.checker.asked_aborts)
+            self.checker.aborting(abort_id, [req])
+            self.runtime.abort_requests(abort_id, [req])
 
         @rule(method=st.sampled_from(list(ControlMethod)))
         def control(self, method: ControlMethod) -> None:

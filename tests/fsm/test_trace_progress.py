@@ -19,7 +19,7 @@ from omni_fsm.cli import main as cli_main
 from omni_fsm.explore import ProgressLine
 from omni_fsm.trace import write_trace
 
-PLAIN = re.compile(r"exploring: [\d,]+ states, [\d,]+ edges, \d+ s")
+PLAIN = re.compile(r"(exploring|checking liveness): [\d,]+ states, [\d,]+ edges, \d+ s")
 
 
 class Terminal(io.StringIO):

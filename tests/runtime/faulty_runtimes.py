@@ -69,6 +69,20 @@ class LyingAbortFailure(_Wrapper):
             self.sink(rp.AbortResult(abort_id, req_id, not known))
 
 
+class IgnoredAbort(_Wrapper):
+    """Takes the abort and does nothing: no result, the request runs on (an orchestrator would wait)."""
+
+    def abort_requests(self, abort_id, req_ids):
+        pass
+
+
+class MislabelledAbortResult(_Wrapper):
+    """Aborts, but answers under an abort id nobody asked for."""
+
+    def abort_requests(self, abort_id, req_ids):
+        self.inner.abort_requests(abort_id + 1, req_ids)
+
+
 class SwallowedRpcError(_Wrapper):
     """B11-like: a worker raised but the RPC answers success ({'supported': False} style)."""
 

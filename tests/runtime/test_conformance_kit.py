@@ -9,7 +9,7 @@ from pathlib import Path
 
 import attrs
 import pytest
-from faulty_runtimes import FAULTY
+from faulty_runtimes import FAULTY, IgnoredAbort, MislabelledAbortResult
 
 from omni_runtime.sim import SimConfig, sim_replica
 from omni_runtime.testing import ConformanceError, check_runtime, sim_factory
@@ -31,6 +31,12 @@ def test_kit_passes_the_simulator(factory):
 def test_kit_fails_each_faulty_runtime_naming_the_invariant(invariant):
     with pytest.raises(ConformanceError, match=invariant):
         check_runtime(FAULTY[invariant], max_examples=40, shrink=False)
+
+
+@pytest.mark.parametrize("runtime", [IgnoredAbort, MislabelledAbortResult], ids=lambda c: c.__name__)
+def test_kit_fails_a_runtime_that_does_not_answer_the_aborts_it_was_asked(runtime):
+    with pytest.raises(ConformanceError, match=r"^ORCH-INV-202 \(one_result_per_aborted_request\)"):
+        check_runtime(runtime, max_examples=40, shrink=False)
 
 
 def test_report_stream_faults_are_flagged():
