@@ -4,7 +4,9 @@ ORCH-INV-303 says that the event-driven and the polling orchestration loop diffe
 only: routing, ordering and terminal contracts hold identically on both. The history checks
 (``CHECKS``) judge each run on its own; ``same_client_streams`` judges the pair: what every
 client request saw, message by message, must be the same on both runs. A history is what an
-``on_step`` hook receives, step by step: ``(event, observations)``.
+``on_step`` hook receives, step by step: ``(event, observations)``. Streams are matched by
+request id, so both runs must submit the same requests in the same order (ids are assigned in
+submission order).
 
 An ``n>1`` request's samples may run on different replicas, so the interleaving of their
 messages in the parent's stream is arbitrary; each sample's stream is compared on its own, and
