@@ -14,14 +14,13 @@ import argparse
 import hashlib
 import re
 import sys
-import tomllib
 import unicodedata
 from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 import attrs
 
+from omni_fsm._toml_lines import Fields, Lines, parse
 from omni_fsm.errors import MalformedInput
 from omni_fsm.invariants import CHECKS, DIFFERENTIAL_CHECKS
 
@@ -157,120 +156,25 @@ class Registry:
         return f"{self.path}:{inv.line}"
 
 
-# -- reading TOML with line numbers -------------------------------------------------------------
-
-
-class _Lines:
-    """Finds the line of the n-th ``[[array]]`` table of a TOML text, and of a key inside it."""
-
-    def __init__(self, text: str, array: str) -> None:
-        self.lines = text.splitlines()
-        self.array = array
-        header = re.compile(rf"^\s*\[\[\s*{re.escape(array)}\s*\]\]")
-        self.starts = [n for n, line in enumerate(self.lines, 1) if header.match(line)]
-
-    def of(self, index: int, key: str | None = None) -> int:
-        """Return the line of table ``index`` (or of ``key`` in it); 1 if it cannot be told."""
-        if index >= len(self.starts):
-            return 1
-        start = self.starts[index]
-        if key is None:
-            return start
-        end = self.starts[index + 1] if index + 1 < len(self.starts) else len(self.lines) + 1
-        pattern = re.compile(rf'^\s*(?:"?{re.escape(key)}"?\s*=|\[\s*{re.escape(self.array)}\.{re.escape(key)}\s*\])')
-        return next((n for n in range(start, end) if pattern.match(self.lines[n - 1])), start)
-
-
-def _parse(path: Path, shown: str) -> tuple[dict[str, Any], str]:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise MalformedInput(shown, 0, f"cannot read: {exc.strerror}") from None
-    try:
-        return tomllib.loads(text), text
-    except tomllib.TOMLDecodeError as exc:  # ``lineno`` only from Python 3.14: else read it from the message
-        where = re.search(r"\(at line (\d+), column \d+\)", str(exc))
-        line = getattr(exc, "lineno", None) or (int(where.group(1)) if where else 0)
-        reason = str(exc)[: where.start()].strip() if where else str(exc)
-        raise MalformedInput(shown, line, f"not valid TOML: {reason}") from None
-
-
-@attrs.define
-class _Fields:
-    """Typed access to one TOML table; every error names the file and line of the field."""
-
-    data: Mapping[str, Any]
-    path: str
-    lines: _Lines | None
-    index: int
-    what: str
-    anchor: str | None = None  #: an inline table: errors point at the line of its key
-
-    def line(self, key: str | None = None) -> int:
-        key = self.anchor or key
-        return self.lines.of(self.index, key) if self.lines is not None else 1
-
-    def fail(self, key: str | None, reason: str) -> MalformedInput:
-        return MalformedInput(self.path, self.line(key), f"{self.what}: {reason}")
-
-    def only(self, allowed: Collection[str]) -> None:
-        for key in self.data:
-            if key not in allowed:
-                raise self.fail(key, f"unknown field {key!r} (allowed: {', '.join(sorted(allowed))})")
-
-    def text(self, key: str) -> str:
-        value = self.data.get(key)
-        if not isinstance(value, str) or not value.strip():
-            raise self.fail(key, f"{key!r} must be a non-empty string")
-        return value
-
-    def optional_text(self, key: str) -> str | None:
-        return self.text(key) if key in self.data else None
-
-    def integer(self, key: str) -> int:
-        value = self.data.get(key)
-        if not isinstance(value, int) or isinstance(value, bool):
-            raise self.fail(key, f"{key!r} must be an integer")
-        return value
-
-    def texts(self, key: str) -> tuple[str, ...]:
-        value = self.data.get(key, [])
-        if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
-            raise self.fail(key, f"{key!r} must be a list of non-empty strings")
-        return tuple(value)
-
-    def table(self, key: str) -> Mapping[str, Any]:
-        value = self.data.get(key, {})
-        if not isinstance(value, dict):
-            raise self.fail(key, f"{key!r} must be a table")
-        return value
-
-    def tables(self, key: str) -> list[Mapping[str, Any]]:
-        value = self.data.get(key, [])
-        if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
-            raise self.fail(key, f"{key!r} must be an array of tables ([[{key}]])")
-        return value
-
-
 # -- loading ----------------------------------------------------------------------------------
 
 
 def load_contract(path: Path, shown: str) -> Contract:
     """Return the contract in ``path`` (``shown`` is the name errors use); raise ``MalformedInput``."""
-    data, text = _parse(path, shown)
-    top = _Fields(data, shown, None, 0, "contract file")
+    data, text = parse(path, shown)
+    top = Fields(data, shown, None, 0, "contract file")
     top.only({"contract", "range", "item"})
-    head = _Fields(top.table("contract"), shown, None, 0, "[contract]")
+    head = Fields(top.table("contract"), shown, None, 0, "[contract]")
     head.only({"name", "file", "title", "namespace", "summary", "ranges_source"})
     name, namespace = head.text("name"), head.text("namespace")
     if name != path.stem:
         raise head.fail("name", f"name {name!r} must match the file name {path.stem!r}")
     if not re.fullmatch(r"[A-Z]+-INV", namespace):
         raise head.fail("namespace", f"namespace {namespace!r} is not of the form NAME-INV")
-    range_lines = _Lines(text, "range")
+    range_lines = Lines(text, "range")
     ranges: list[Range] = []
     for n, table in enumerate(top.tables("range")):
-        f = _Fields(table, shown, range_lines, n, f"range {n + 1}")
+        f = Fields(table, shown, range_lines, n, f"range {n + 1}")
         f.only({"first", "last", "topic", "text"})
         r = Range(f.integer("first"), f.integer("last"), f.text("topic"), f.text("text"))
         if not 1 <= r.first <= r.last <= 999:
@@ -278,15 +182,15 @@ def load_contract(path: Path, shown: str) -> Contract:
         if any(r.first <= o.last and o.first <= r.last for o in ranges) or any(o.topic == r.topic for o in ranges):
             raise f.fail("first", f"range {r.first}-{r.last} ({r.topic}) overlaps or repeats another")
         ranges.append(r)
-    item_lines = _Lines(text, "item")
+    item_lines = Lines(text, "item")
     items: list[Item] = []
     for n, table in enumerate(top.tables("item")):
-        items.append(_item(_Fields(table, shown, item_lines, n, f"item {n + 1}"), namespace, items))
+        items.append(_item(Fields(table, shown, item_lines, n, f"item {n + 1}"), namespace, items))
     return Contract(name, shown, head.text("file"), head.text("title"), namespace, head.text("summary"),
                     tuple(ranges), tuple(items), head.optional_text("ranges_source"))
 
 
-def _item(f: _Fields, namespace: str, earlier: Sequence[Item]) -> Item:
+def _item(f: Fields, namespace: str, earlier: Sequence[Item]) -> Item:
     f.only({"key", "section", "role", "text", "invariant", "title", "topics"})
     key, role, text = f.text("key"), f.text("role"), f.text("text")
     if any(item.key == key for item in earlier):
@@ -312,14 +216,14 @@ def load_registry(root: Path | None = None) -> Registry:
     contracts = tuple(load_contract(p, p.relative_to(root).as_posix()) for p in sorted(contracts_dir.glob("*.toml")))
     if not contracts:
         raise MalformedInput(CONTRACTS_DIR, 0, "no contract files (*.toml)")
-    data, text = _parse(root / REGISTRY_FILE, REGISTRY_FILE)
-    top = _Fields(data, REGISTRY_FILE, None, 0, "registry")
+    data, text = parse(root / REGISTRY_FILE, REGISTRY_FILE)
+    top = Fields(data, REGISTRY_FILE, None, 0, "registry")
     top.only({"invariant"})
-    lines = _Lines(text, "invariant")
+    lines = Lines(text, "invariant")
     by_name = {c.name: c for c in contracts}
     invariants: list[Invariant] = []
     for n, table in enumerate(top.tables("invariant")):
-        f = _Fields(table, REGISTRY_FILE, lines, n, f"invariant {table.get('id', n + 1)}")
+        f = Fields(table, REGISTRY_FILE, lines, n, f"invariant {table.get('id', n + 1)}")
         inv = _invariant(f, by_name)
         if any(other.id == inv.id for other in invariants):
             raise f.fail("id", f"duplicate ID {inv.id}")
@@ -327,7 +231,7 @@ def load_registry(root: Path | None = None) -> Registry:
     return Registry(root, REGISTRY_FILE, contracts, tuple(invariants))
 
 
-def _invariant(f: _Fields, contracts: Mapping[str, Contract]) -> Invariant:
+def _invariant(f: Fields, contracts: Mapping[str, Contract]) -> Invariant:
     f.only({"id", "title", "rule", "source", "topic", "kind", "checks", "deferred_to", "reason", "bugs",
             "topics", "note"})
     inv_id, kind = f.text("id"), f.text("kind")
@@ -335,7 +239,7 @@ def _invariant(f: _Fields, contracts: Mapping[str, Contract]) -> Invariant:
         raise f.fail("id", f"ID {inv_id!r} is not of the form NAME-INV-NNN")
     if kind not in KINDS:
         raise f.fail("kind", f"kind {kind!r} is not one of {', '.join(KINDS)}")
-    src = _Fields(f.table("source"), f.path, f.lines, f.index, f"{f.what} source", anchor="source")
+    src = Fields(f.table("source"), f.path, f.lines, f.index, f"{f.what} source", anchor="source")
     src.only({"contract", "section", "item", "derived"})
     derived = src.data.get("derived", False)
     if not isinstance(derived, bool):
