@@ -489,7 +489,6 @@ def explore(bound: Bound = Bound(), spec: Spec = SPEC, symmetry: bool = False, l
         for inv, msg in violations:
             found.setdefault(inv, Counterexample(inv, msg, (*_path(parents, sid, block), *last)))
 
-    next_report = start + 1.0
     sid = 0
     while sid < len(states):  # states are appended in BFS order: the list is the queue
         state = states[sid]
@@ -526,14 +525,17 @@ def explore(bound: Bound = Bound(), spec: Spec = SPEC, symmetry: bool = False, l
             if check_live and _is_progress(step):
                 preds[nid].append(sid)
         sid += 1
-        if progress is not None and sid % 4096 == 0 and time.perf_counter() > next_report:
-            next_report = time.perf_counter() + 1.0
-            progress(len(states), edges, next_report - 1.0 - start)
-    if progress is not None:  # the search is over: its final counts
-        progress(len(states), edges, time.perf_counter() - start)
+        if progress is not None and sid % 4096 == 0:  # the caller decides how often to show it
+            progress(len(states), edges, time.perf_counter() - start)
+
+    def report_counts(liveness_done: int = 0) -> None:  # liveness reports the search's final counts
+        if progress is not None:
+            progress(len(states), edges, time.perf_counter() - start)
+
+    report_counts()  # the search is over: its final counts
     if check_live and on_phase is not None:
         on_phase("checking liveness")
-    stuck = _liveness(len(states), parents, goals, preds, bad, block) if check_live else None
+    stuck = _liveness(len(states), parents, goals, preds, bad, block, report_counts) if check_live else None
     seconds = time.perf_counter() - start
     invariants = tuple(sorted({c.invariant for c in CHECKS.values()}))
     return Report(len(states), edges, seconds, invariants, check_live, stuck,
@@ -564,13 +566,21 @@ def _is_progress(step: Step) -> bool:
 
 
 def _liveness(count: int, parents: list[tuple[int, int, Step | None]], goals: list[int],
-              preds: list[list[int]], bad: set[int], block: int) -> Counterexample | None:
-    """Return a shortest path to a state from which no progress path ends every request."""
+              preds: list[list[int]], bad: set[int], block: int,
+              tick: Callable[[int], None] = lambda done: None) -> Counterexample | None:  # fmt: skip
+    """Return a shortest path to a state from which no progress path ends every request.
+
+    ``tick(states done)`` is called every 4,096 states, for progress.
+    """
     can_end = bytearray(count)
     frontier = deque(goals)
     for g in goals:
         can_end[g] = 1
+    done = 0
     while frontier:
+        done += 1
+        if done % 4096 == 0:
+            tick(done)
         for p in preds[frontier.popleft()]:
             if not can_end[p]:
                 can_end[p] = 1

@@ -22,7 +22,6 @@ from omni_fsm._vocab import (
     STOP_REASON,
     TERMINAL,
     TERMINAL_OUTCOME,
-    EngineState,
     Outcome,
     ReqState,
     Role,
@@ -162,8 +161,6 @@ class Lifecycle:
         self._fire(rec, event, out)
 
     def _admit_client(self, event: ev.Submit) -> Record:
-        if self.engine.state in (EngineState.DEAD, EngineState.STOPPED):
-            raise LifecycleError(event.rid, self.engine.state, event, "engine is not running")
         if event.rid < 0:
             raise LifecycleError(event.rid, ReqState.NEW, event, "request ids are non-negative")
         if event.n < 1 or event.companions < 0 or (event.n > 1 and event.companions > 0):

@@ -10,8 +10,8 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
 
@@ -108,49 +108,45 @@ def _unwritable(folder: Path) -> str | None:
 
 
 class ProgressLine:
-    """Shows ``exploring: S states, E edges, T s`` on ``stream`` while the explorer runs.
+    """Shows ``PHASE: S states, E edges, T s`` on ``stream`` while the explorer runs.
 
-    The explorer reports its counts (``update``) while it searches and names its next phase
-    (``phase``: ``checking liveness``); a ticker thread writes the latest counts with the time so
-    far, so the line keeps coming, and says which phase it is in, through the liveness check.
-    On a terminal the line is rewritten in place every second; elsewhere (a log, CI) it is a
-    plain line every ``PROGRESS_EVERY`` seconds.
+    Driven by the explorer's own callbacks, no thread: ``update`` takes the latest counts (the
+    explorer calls it every few thousand states, through the liveness check too) and writes a
+    line once ``every`` seconds have passed since the last; ``set_phase`` names the next phase
+    (``checking liveness``). On a terminal the line is rewritten in place every second;
+    elsewhere (a log, CI) it is a plain line every ``PROGRESS_EVERY`` seconds.
     """
 
-    def __init__(self, stream: TextIO, every: float | None = None) -> None:
+    def __init__(self, stream: TextIO, every: float | None = None,
+                 clock: Callable[[], float] = time.perf_counter) -> None:  # fmt: skip
         self.stream, self.tty = stream, stream.isatty()
         self.every = every if every is not None else PROGRESS_EVERY_TTY if self.tty else PROGRESS_EVERY
         self.counts = (0, 0)
         self.phase = "exploring"
         self.shown = False
-        self._started = time.perf_counter()
-        self._stop = threading.Event()
-        self._ticker = threading.Thread(target=self._tick, name="explore-progress", daemon=True)
+        self._clock = clock
+        self._started = self._last = clock()
 
     def update(self, states: int, edges: int, seconds: float) -> None:
-        """Take the explorer's latest counts (its ``progress`` callback)."""
+        """Take the explorer's latest counts (its ``progress`` callback); show them if it is time."""
         self.counts = (states, edges)
+        now = self._clock()
+        if now - self._last >= self.every:
+            self._last = now
+            line = f"{self.phase}: {states:,} states, {edges:,} edges, {now - self._started:.0f} s"
+            self.stream.write(f"\r{line}" if self.tty else f"{line}\n")
+            self.stream.flush()
+            self.shown = True
 
     def set_phase(self, phase: str) -> None:
         """Take the name of the explorer's next phase (its ``on_phase`` callback)."""
         self.phase = phase
 
-    def _tick(self) -> None:
-        while not self._stop.wait(self.every):
-            states, edges = self.counts
-            line = f"{self.phase}: {states:,} states, {edges:,} edges, {time.perf_counter() - self._started:.0f} s"
-            self.stream.write(f"\r{line}" if self.tty else f"{line}\n")
-            self.stream.flush()
-            self.shown = True
-
     def __enter__(self) -> ProgressLine:
-        self._started = time.perf_counter()
-        self._ticker.start()
+        self._started = self._last = self._clock()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._ticker.join()
         if self.shown and self.tty:
             self.stream.write("\n")
             self.stream.flush()

@@ -183,17 +183,12 @@ class Host:
             except Exception as exc:  # a runtime is outside code: its failure is answered, not propagated
                 self.execute(self.orchestrator.runtime_raised(c, f"{type(exc).__name__}: {exc}"))
             self.wake(c.stage, c.replica)  # type: ignore[attr-defined]
-        elif kind is cmd.AbortAnswer:
+        elif kind is cmd.AbortAnswer or kind is cmd.RpcAnswer:
             if c.call_id in self._unclaimed:  # type: ignore[attr-defined]
                 self._unclaimed.discard(c.call_id)  # type: ignore[attr-defined]
-            else:
-                self.abort_answers[c.call_id] = c  # type: ignore[attr-defined,assignment]
-            self.answered(c)
-        elif kind is cmd.RpcAnswer:
-            if c.call_id in self._unclaimed:  # type: ignore[attr-defined]
-                self._unclaimed.discard(c.call_id)  # type: ignore[attr-defined]
-            else:
-                self.rpc_answers[c.call_id] = c  # type: ignore[attr-defined,assignment]
+            else:  # kept for the caller that waits for it
+                answers = self.abort_answers if kind is cmd.AbortAnswer else self.rpc_answers
+                answers[c.call_id] = c  # type: ignore[attr-defined,assignment]
             self.answered(c)
         elif kind is cmd.EngineChanged:
             self.engine_state = c.state  # type: ignore[attr-defined]

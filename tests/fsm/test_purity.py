@@ -48,3 +48,14 @@ def test_pure_module_uses_no_thread_async_or_io_primitive(path: Path) -> None:
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in FORBIDDEN_CALLS:
             found.append(f"{node.func.id}() at line {node.lineno}")
     assert found == []
+
+
+@pytest.mark.parametrize("path", sorted(PACKAGE.rglob("*.py")), ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_no_module_not_even_the_shell_uses_threads_or_async(path: Path) -> None:
+    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    concurrency = FORBIDDEN_MODULES - {"torch", "vllm", "diffusers", "omni_runtime"}
+    found = [a.name for node in ast.walk(tree) if isinstance(node, ast.Import) for a in node.names
+             if a.name.split(".")[0] in concurrency]  # fmt: skip
+    found += [node.module or "" for node in ast.walk(tree)
+              if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in concurrency]  # fmt: skip
+    assert found == []

@@ -21,7 +21,7 @@ from omni_fsm import ControlMethod, Lifecycle, LifecycleError, StageKind, StopKi
 from omni_fsm import events as ev
 from omni_fsm import observations as ob
 from omni_fsm.cli import main as cli_main
-from omni_fsm.trace import INPUTS, OUTPUTS, TraceHeader, TraceWriter, read_trace
+from omni_fsm.trace import INPUTS, OUTPUTS, TraceHeader, dump_trace, read_trace
 
 KINDS = (StageKind.AR, StageKind.AR, StageKind.DIFFUSION)
 FINAL = (True, False, True)
@@ -160,18 +160,12 @@ def recorded_histories(draw: st.DrawFn) -> tuple[Steps, bool]:
 @given(history=recorded_histories())
 def test_recorded_histories_are_well_formed_and_clean(trace_path: Path, history: tuple[Steps, bool]) -> None:
     steps, complete = history
-    buffer = io.StringIO()
-    with TraceWriter(buffer) as writer:
-        writer.header(KINDS, FINAL, CAPACITY)
-        for event, outputs in steps:
-            writer.step(event, outputs)
-        if complete:
-            writer.end()
+    text = dump_trace(KINDS, FINAL, CAPACITY, steps, complete)
     note("inputs: " + repr([event for event, _ in steps]))
-    reader = read_trace(io.StringIO(buffer.getvalue()))
+    reader = read_trace(io.StringIO(text))
     assert [(step.event, list(step.outputs)) for step in reader] == steps
     assert reader.complete == complete
-    code, out, err = check(trace_path, buffer.getvalue().encode(), *([] if complete else ["--allow-incomplete"]))
+    code, out, err = check(trace_path, text.encode(), *([] if complete else ["--allow-incomplete"]))
     assert code != 2, f"a trace written from the core was called malformed: {err}"
     assert (code, err) == (0, ""), f"the monitor flags a history of the core:\n{out}"
 
@@ -182,12 +176,7 @@ def test_edited_recorded_histories_never_crash_the_checker(trace_path: Path, his
                                                            data: st.DataObject) -> None:  # fmt: skip
     """Well-formed lines in an impossible order (dropped, repeated, swapped) are judged, never a crash."""
     steps, complete = history
-    buffer = io.StringIO()
-    with TraceWriter(buffer) as writer:
-        writer.header(KINDS, FINAL, CAPACITY)
-        for event, outputs in steps:
-            writer.step(event, outputs)
-    head, *lines = buffer.getvalue().splitlines()
+    head, *lines = dump_trace(KINDS, FINAL, CAPACITY, steps, complete=False).splitlines()
     for _ in range(data.draw(st.integers(1, 4))):
         if not lines:
             break

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import io
 import re
-import time
 from pathlib import Path
 
 import pytest
@@ -27,63 +26,61 @@ class Terminal(io.StringIO):
         return True
 
 
-def wait_for_lines(stream: io.StringIO, count: int) -> None:
-    deadline = time.monotonic() + 10
-    while stream.getvalue().count("exploring:") < count and time.monotonic() < deadline:
-        time.sleep(0.005)
+class Clock:
+    """A clock the test moves by hand."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
 
 
-def test_plain_lines_off_a_terminal() -> None:
-    stream = io.StringIO()
-    with ProgressLine(stream, every=0.01) as progress:
-        progress.update(1234, 56789, 0.5)
-        wait_for_lines(stream, 2)
+def test_plain_lines_off_a_terminal_once_every_interval() -> None:
+    stream, clock = io.StringIO(), Clock()
+    with ProgressLine(stream, every=5.0, clock=clock) as progress:
+        for t, states in ((1.0, 10), (5.0, 1234), (6.0, 1300), (10.0, 2000)):
+            clock.now = t
+            progress.update(states, states * 2, t)
     lines = stream.getvalue().splitlines()
-    assert len(lines) >= 2 and "\r" not in stream.getvalue()
-    assert all(PLAIN.fullmatch(line) for line in lines), lines
-    assert lines[-1].startswith("exploring: 1,234 states, 56,789 edges, ")
-
-
-def test_lines_keep_coming_without_updates_as_in_the_liveness_phase() -> None:
-    stream = io.StringIO()
-    with ProgressLine(stream, every=0.01) as progress:
-        progress.update(10, 20, 0.1)  # the search's last report; liveness then reports nothing
-        wait_for_lines(stream, 3)
-    assert stream.getvalue().count("exploring: 10 states, 20 edges, ") >= 3
+    assert "\r" not in stream.getvalue() and all(PLAIN.fullmatch(line) for line in lines), lines
+    assert lines == ["exploring: 1,234 states, 2,468 edges, 5 s", "exploring: 2,000 states, 4,000 edges, 10 s"]
 
 
 def test_the_line_names_the_liveness_phase_once_the_search_is_over() -> None:
-    stream = io.StringIO()
-    with ProgressLine(stream, every=0.01) as progress:
-        progress.update(10, 20, 0.1)
+    stream, clock = io.StringIO(), Clock()
+    with ProgressLine(stream, every=1.0, clock=clock) as progress:
         progress.set_phase("checking liveness")
-        deadline = time.monotonic() + 10
-        while "checking liveness:" not in stream.getvalue() and time.monotonic() < deadline:
-            time.sleep(0.005)
-    assert "checking liveness: 10 states, 20 edges, " in stream.getvalue()
+        clock.now = 2.0
+        progress.update(10, 20, 2.0)
+    assert stream.getvalue() == "checking liveness: 10 states, 20 edges, 2 s\n"
 
 
-def test_the_explorer_reports_its_final_counts_then_the_liveness_phase() -> None:
-    from omni_fsm._explorer import Bound, explore
+def test_the_explorer_keeps_reporting_through_the_liveness_check() -> None:
+    from omni_fsm._explorer import FAMILIES, Bound, explore
 
     seen: list[object] = []
-    report = explore(Bound(requests=1), progress=lambda s, e, t: seen.append((s, e)), on_phase=seen.append)
-    assert seen[-2:] == [(report.states, report.edges), "checking liveness"]
+    report = explore(Bound(requests=2, families=FAMILIES), progress=lambda s, e, t: seen.append((s, e)),
+                     on_phase=seen.append)  # fmt: skip
+    after = seen[seen.index("checking liveness") + 1 :]
+    assert after and set(after) == {(report.states, report.edges)}  # the search's final counts, again and again
+    assert seen[seen.index("checking liveness") - 1] == (report.states, report.edges)
 
 
 def test_one_line_rewritten_in_place_on_a_terminal() -> None:
-    stream = Terminal()
-    with ProgressLine(stream, every=0.01) as progress:
-        progress.update(3, 4, 0.1)
-        wait_for_lines(stream, 2)
+    stream, clock = Terminal(), Clock()
+    with ProgressLine(stream, every=1.0, clock=clock) as progress:
+        for t in (1.0, 2.0):
+            clock.now = t
+            progress.update(3, 4, t)
     text = stream.getvalue()
-    assert text.startswith("\rexploring: ") and text.endswith("\n") and text.count("\n") == 1
+    assert text == "\rexploring: 3 states, 4 edges, 1 s\rexploring: 3 states, 4 edges, 2 s\n"
 
 
 def test_no_line_for_a_quick_run() -> None:
     stream = Terminal()
-    with ProgressLine(stream, every=60):
-        pass
+    with ProgressLine(stream, every=60) as progress:
+        progress.update(1, 1, 0.0)
     assert stream.getvalue() == ""
 
 
