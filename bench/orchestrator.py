@@ -17,22 +17,34 @@ Last line: ``orchestrator: core_hops_per_s=... driver_hops_per_s=... us_per_hop=
 lost=... duplicated=...`` (the lowest median of each over the four workloads; ``us_per_hop`` is the
 core's; ``bytes_per_inflight`` is orchestrator and lifecycle state per request in flight).
 
-Not measured here: vLLM-Omni's own loop. For scale, the issue quotes 56-102 us per stage hop for
-vLLM-Omni 0.30 on this machine kind (instant fake stage clients, its real output processor).
+- floor: ``bench/_floor.py``, a skeleton that passes the same objects per hop as the core (events,
+  observations, commands, stage inputs) and checks nothing: the least any design of this shape
+  costs in CPython on the machine of the moment. ``core/floor`` is the price of what the core
+  checks and records.
+- vLLM-Omni (``--vllm-omni PYTHON``, or ``OMNI_BENCH_VLLM_OMNI``): ``bench/vllm_omni.py`` run with a
+  Python that has vLLM-Omni 0.30 installed (its own venv: see that script), before and after
+  the rounds, so that its figures and ours see the same machine; the ratios are printed.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import gc
+import os
 import random
+import re
 import statistics
+import subprocess
 import sys
 import time
 import tracemalloc
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parents[1]))
+sys.path.insert(0, str(Path(__file__).parent))
+
+from _floor import floor_run
 
 from omni_fsm import StageKind
 from omni_runtime import AsyncEngine, Orchestrator, Prompt, simple_pipeline
@@ -167,18 +179,39 @@ def _rate(runs: list[Run]) -> float:
     return statistics.median(hops / seconds for seconds, hops, _, _ in runs)
 
 
+def vllm_omni_us_per_hop(python: str) -> float:
+    """Run ``bench/vllm_omni.py`` with ``python`` (a venv with vLLM-Omni); return its median us per hop."""
+    script = Path(__file__).with_name("vllm_omni.py")
+    done = subprocess.run([python, str(script)], capture_output=True, text=True, timeout=1800, check=False)
+    last = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else ""
+    found = re.search(r"us_per_hop=([0-9.]+)", last)
+    if done.returncode != 0 or not last.startswith("vllm_omni:") or found is None:
+        raise SystemExit(f"bench/vllm_omni.py failed (exit {done.returncode}): {(done.stderr or last).strip()[-2000:]}")
+    print(f"  vLLM-Omni: {last}")
+    return float(found.group(1))
+
+
 def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--vllm-omni", metavar="PYTHON", default=os.environ.get("OMNI_BENCH_VLLM_OMNI"),
+                        help="a Python with vLLM-Omni 0.30: measure its loop before and after ours")  # fmt: skip
+    args = parser.parse_args()
     started = time.perf_counter()
+    omni_us = [vllm_omni_us_per_hop(args.vllm_omni)] if args.vllm_omni else []
     for requests, abort_rate in WORKLOADS:
         core_run(requests, abort_rate)  # warm-up (imports, caches)
     core: dict[tuple[int, float], list[Run]] = {w: [] for w in WORKLOADS}
     driver: dict[tuple[int, float], list[Run]] = {w: [] for w in WORKLOADS}
+    floor: dict[int, list[tuple[float, int]]] = {requests: [] for requests, _ in WORKLOADS}
     for _ in range(ROUNDS):  # round-robin over workloads, core and driver alternating: all see the same machine
         for workload in WORKLOADS:
             gc.collect()  # each run starts from a collected heap (the collector stays on, as in a host program)
             core[workload].append(core_run(*workload))
             gc.collect()
             driver[workload].append(driver_run(*workload))
+            if workload[1] == 0.0:
+                gc.collect()
+                floor[workload[0]].append(floor_run(workload[0]))
     runs = [r for w in WORKLOADS for r in core[w] + driver[w]]
     lost, duplicated = sum(r[2] for r in runs), sum(r[3] for r in runs)
     core_rates, driver_rates = [], []
@@ -190,6 +223,15 @@ def main() -> int:
               f"({1e6 / core_rates[-1]:.1f} us/hop, {share:.0%} in Lifecycle.handle), "
               f"driver {driver_rates[-1]:>8,.0f} hops/s ({1e6 / driver_rates[-1]:.1f} us/hop)")  # fmt: skip
     low_core, low_driver = min(core_rates), min(driver_rates)
+    for requests, runs in floor.items():
+        rate = statistics.median(hops / seconds for seconds, hops in runs)
+        print(f"requests={requests:>6} floor {rate:>8,.0f} hops/s ({1e6 / rate:.1f} us/hop): the core takes "
+              f"{rate / core_rates[WORKLOADS.index((requests, 0.0))]:.2f}x the floor's time")  # fmt: skip
+    if args.vllm_omni:
+        omni_us.append(vllm_omni_us_per_hop(args.vllm_omni))
+        omni = statistics.mean(omni_us)
+        print(f"vLLM-Omni {omni:.1f} us/hop (mean of the runs before and after): core is {omni * low_core / 1e6:.2f}x "
+              f"as fast, driver {omni * low_driver / 1e6:.2f}x")  # fmt: skip
     print(f"bench time {time.perf_counter() - started:.1f} s")
     print(f"orchestrator: core_hops_per_s={low_core:.0f} driver_hops_per_s={low_driver:.0f} "
           f"us_per_hop={1e6 / low_core:.2f} bytes_per_inflight={bytes_per_inflight():.0f} "

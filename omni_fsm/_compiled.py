@@ -43,7 +43,7 @@ def _selector(entries: tuple[_Entry, ...]) -> _Selector:
 class CompiledTable:
     """``(state, event type) -> rows in match order``, one generated selector each (guards inlined)."""
 
-    __slots__ = ("_index", "lookup")
+    __slots__ = ("index", "lookup")
 
     def __init__(self, rows: tuple[Row, ...]) -> None:
         check_guard_names({g for r in rows for g in (*r.when, *r.unless)})
@@ -56,11 +56,11 @@ class CompiledTable:
         index: dict[type, dict[Any, _Selector]] = {}
         for (state, event), entries in self.lookup.items():
             index.setdefault(event, {})[state] = _selector(entries)
-        self._index = index
+        self.index = index  #: event type -> state -> selector (a hot loop may look it up inline)
 
     def select(self, subject: Any, event: Any, engine: Engine) -> Row | None:
         """Return the first row whose guards hold for ``subject`` and ``event``, else ``None``."""
-        by_state = self._index.get(event.__class__)
+        by_state = self.index.get(event.__class__)
         if by_state is None:
             return None
         selector = by_state.get(subject.state)
@@ -68,7 +68,7 @@ class CompiledTable:
 
     def fire(self, subject: Any, event: Any, engine: Engine) -> Row | None:
         """Select the row and move ``subject`` to its target; ``None`` (no change) if none."""
-        by_state = self._index.get(event.__class__)
+        by_state = self.index.get(event.__class__)
         if by_state is None:
             return None
         selector = by_state.get(subject.state)

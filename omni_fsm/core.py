@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Iterable
+from functools import lru_cache
 from typing import Any
 
 from omni_fsm import events as ev
@@ -82,13 +83,15 @@ class Lifecycle:
             raise ConfigError("capacity must be at least 1")
         self.spec = spec
         self.engine = Engine(kinds=kinds_t, final=final_t, capacity=capacity)
-        self.table = CompiledTable(spec.rows)
-        self.engine_table = CompiledTable(spec.engine_rows)
+        self.table = _compiled(spec.rows)
+        self.engine_table = _compiled(spec.engine_rows)
+        self._index = self.table.index  # ``_fire`` looks selectors up inline
         self.records: dict[int, Record] = {}
         self.counters = Counters()
         # per row (by identity): its effect functions, whether it enters a terminal state, and
         # whether the record holds a slot before and after (``None``: an abort decides, at run time)
-        self._plans = {_id(r): _plan(r, spec.holds_slot) for r in spec.rows}
+        # (the compiled table is shared by equal tables: its rows are the ones the selectors return)
+        self._plans = {_id(r): _plan(r, spec.holds_slot) for rows in self.table.lookup.values() for _, _, r in rows}
         self._on_terminal = _effect_functions(spec.on_terminal, "on_terminal")
         self._queue: deque[ev.Event] = deque()
 
@@ -101,8 +104,11 @@ class Lifecycle:
 
     def holds_slot(self, rec: Record) -> bool:
         """Return whether ``rec`` occupies a slot of its current stage."""
-        state = rec.resume if rec.state is ReqState.ABORTING else rec.state
-        return state in self.spec.holds_slot
+        return self._holds(rec.state, rec.resume)
+
+    def _holds(self, state: ReqState, resume: ReqState | None) -> bool:
+        """Return whether a record in ``state`` holds a slot (while aborting: as the state it interrupted)."""
+        return (resume if state is ReqState.ABORTING else state) in self.spec.holds_slot
 
     # -- the one entry point ---------------------------------------------------------------
 
@@ -175,7 +181,9 @@ class Lifecycle:
         return rec
 
     def _fire(self, rec: Record, event: ev.RequestEvent, out: Out) -> Row:
-        row = self.table.select(rec, event, self.engine)
+        by_state = self._index.get(event.__class__)  # ``self.table.select``, inline: the hottest call there is
+        select = None if by_state is None else by_state.get(rec.state)
+        row = None if select is None else select(rec, event, self.engine)
         if row is None:
             miss = MISS_POLICY[event.ORIGIN]
             if miss is Miss.REFUSE:
@@ -187,23 +195,22 @@ class Lifecycle:
             self.counters.failed_illegal += 1
             out.append(ob.Rejected(rec.rid, type(event).__name__))
             return self._fire(rec, ev.StageFailed(rec.rid, rec.stage), out)
-        effects, terminal, held, holds = self._plans[_id(row)]
+        effects, terminal, free, take = self._plans[_id(row)]
         source, held_stage = rec.state, rec.stage
-        if held is None:  # an abort is involved: slots follow the state it interrupted
-            held = (rec.resume if source is ReqState.ABORTING else source) in self.spec.holds_slot
+        held = free is None and self._holds(source, rec.resume)  # an abort is involved: decided at run time
         rec.state = row.target  # type: ignore[assignment]
         for effect in effects:
             effect(self, rec, event, source, out)
-        if holds is None:
-            holds = (rec.resume if rec.state is ReqState.ABORTING else rec.state) in self.spec.holds_slot
-        if held or holds:
+        if free is None:  # slots follow the state the abort interrupted (or restores)
+            holds = self._holds(rec.state, rec.resume)
             moved = rec.stage != held_stage
-            if held and (moved or not holds):
-                self.engine.slots_used[held_stage] -= 1
-                out.append(ob.SlotFreed(rec.rid, held_stage))
-            if holds and (moved or not held):
-                self.engine.slots_used[rec.stage] += 1
-                out.append(ob.SlotTaken(rec.rid, rec.stage))
+            free, take = held and (moved or not holds), holds and (moved or not held)
+        if free:
+            self.engine.slots_used[held_stage] -= 1
+            out.append(ob.SlotFreed(rec.rid, held_stage))
+        if take:
+            self.engine.slots_used[rec.stage] += 1
+            out.append(ob.SlotTaken(rec.rid, rec.stage))
         if terminal:
             for effect in self._on_terminal:
                 effect(self, rec, event, source, out)
@@ -268,12 +275,29 @@ class Lifecycle:
             self.records[rid] = rec
 
 
-def _plan(row: Row, holds_slot: frozenset[ReqState]) -> tuple[tuple[Fx, ...], bool, bool | None, bool | None]:
-    """Return a row's effect functions, whether it ends the request, and the slot held before and after."""
-    def slot(state: Any) -> bool | None:
-        return None if state is ReqState.ABORTING else state in holds_slot
+@lru_cache(maxsize=32)
+def _compiled(rows: tuple[Row, ...]) -> CompiledTable:
+    """Return the compiled table of ``rows`` (made once per table: generating selectors takes milliseconds)."""
+    return CompiledTable(rows)
 
-    return _effect_functions(row.effects, row), row.target in TERMINAL, slot(row.source), slot(row.target)
+
+#: the finish reasons as text, looked up once (an Enum's ``.value`` is a slow property)
+_STOP_TEXT = {stop: reason.value for stop, reason in STOP_REASON.items()}
+_TERMINAL_TEXT = {state: (outcome, reason.value) for state, (outcome, reason) in TERMINAL_OUTCOME.items()}
+
+
+def _plan(row: Row, holds_slot: frozenset[ReqState]) -> tuple[tuple[Fx, ...], bool, bool | None, bool | None]:
+    """Return a row's effect functions, whether it ends the request, and whether it frees / takes a slot.
+
+    A row that leaves or enters ``ABORTING`` frees and takes as the state the abort interrupted:
+    ``None``, decided when it fires. Only ``FORWARD`` moves a request to another stage, so
+    whether a row moves it is known here.
+    """
+    effects = _effect_functions(row.effects, row)
+    if ReqState.ABORTING in (row.source, row.target):
+        return effects, row.target in TERMINAL, None, None
+    held, holds, moved = row.source in holds_slot, row.target in holds_slot, Effect.FORWARD in row.effects
+    return effects, row.target in TERMINAL, held and (moved or not holds), holds and (moved or not held)
 
 
 def _effect_functions(effects: tuple[Effect, ...], where: object) -> tuple[Fx, ...]:
@@ -296,7 +320,7 @@ def _emit_partial(lc: Lifecycle, rec: Record, event: Any, source: ReqState, out:
 
 def _emit_stage_final(lc: Lifecycle, rec: Record, event: Any, source: ReqState, out: Out) -> None:
     client, sample = lc._client_of(rec)
-    reason = STOP_REASON[event.stop].value if isinstance(event, ev.StageFinished) else "stop"
+    reason = _STOP_TEXT[event.stop] if event.__class__ is ev.StageFinished else "stop"
     out.append(ob.Emitted(client, rec.stage, 0, rec.tokens, stage_final=True, reason=reason, sample=sample))
 
 
@@ -322,22 +346,23 @@ def _answer_abort_failed(lc: Lifecycle, rec: Record, event: Any, source: ReqStat
 
 
 def _abort_each(lc: Lifecycle, rec: Record, event: Any, source: ReqState, out: Out) -> None:
+    if not rec.fanout:  # most requests own no dependents
+        return
     for dep in lc._dependents(rec):
         lc._queue.append(ev.Abort(dep))
 
 
 def _emit_terminal(lc: Lifecycle, rec: Record, event: Any, source: ReqState, out: Out) -> None:
-    outcome, reason = TERMINAL_OUTCOME[rec.state]
+    outcome, reason = _TERMINAL_TEXT[rec.state]
     eng = lc.engine
     keeps_prefix = eng.kinds[rec.stage] is StageKind.AR and eng.final[rec.stage]
     cumulative = rec.tokens if (outcome is not Outcome.ABORTED or keeps_prefix) else 0
     if rec.role is Role.CLIENT:  # an n>1 parent ends where its samples ended: the last stage
         stage = rec.last_stage if source in PARENTS else rec.stage
-        out.append(ob.Emitted(rec.rid, stage, 0, cumulative, finished=True, outcome=outcome,
-                              reason=reason.value))
+        out.append(ob.Emitted(rec.rid, stage, 0, cumulative, finished=True, outcome=outcome, reason=reason))
     elif rec.role is Role.CHILD:  # one sample ends; the parent's terminal comes after the last
         out.append(ob.Emitted(rec.parent, rec.stage, 0, cumulative, stage_final=True, outcome=outcome,
-                              reason=reason.value, sample=rec.sample))
+                              reason=reason, sample=rec.sample))
 
 
 def _notify_parent(lc: Lifecycle, rec: Record, event: Any, source: ReqState, out: Out) -> None:

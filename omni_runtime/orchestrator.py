@@ -197,7 +197,7 @@ class Orchestrator:
         rid = report.req_id
         route = self.routes.get(rid)
         if route is None or route.stage != stage:  # late: the lifecycle drops it as unknown / stale
-            return self._feed(self._event_of(rid, stage, report, kind))
+            return self._feed(_event_of(rid, stage, report, kind))
         if route.replica != replica:
             self.stats.misrouted += 1
             return []
@@ -224,37 +224,19 @@ class Orchestrator:
     def _in_order(self, rid: int, stage: int, report: rp.RequestReport, route: _Route, kind: type) -> Commands:
         route.next_seq += 1
         self._keep = route.result
+        event = _event_of(rid, stage, report, kind)
         if kind is rp.Output:
             payload = report.payload  # type: ignore[attr-defined]
             route.result = self._outputs[stage].accumulate(route.result, payload)
             self._payload = payload
-            event: ev.StageEvent = ev.StageOutput(rid, stage, report.tokens)  # type: ignore[attr-defined]
-        elif kind is rp.StatusChanged:
-            made = _STATUS_EVENTS.get(report.status)  # type: ignore[attr-defined]
-            if made is None:  # not a status of the protocol: the runtime broke it, the request fails
-                route.error = f"runtime reported an unknown status {report.status!r}"  # type: ignore[attr-defined]
-                event = ev.StageFailed(rid, stage)
-            else:
-                event = made(rid, stage)
         elif kind is rp.Finished:
             route.result = self._outputs[stage].finish(route.result, report.payload)  # type: ignore[attr-defined]
-            event = ev.StageFinished(rid, stage, report.stop)  # type: ignore[attr-defined]
-        else:
-            route.error = report.error  # type: ignore[attr-defined]
-            event = ev.StageFailed(rid, stage)
+        elif event.__class__ is ev.StageFailed:  # a failure, or a status outside the protocol (the request fails)
+            route.error = (report.error if kind is rp.Failed  # type: ignore[attr-defined]
+                           else f"runtime reported an unknown status {report.status!r}")  # type: ignore[attr-defined]
         out = self._feed(event)  # a runtime report never raises a LifecycleError: nothing to undo
         self._payload = self._keep = None
         return out
-
-    @staticmethod
-    def _event_of(rid: int, stage: int, report: rp.RequestReport, kind: type) -> ev.StageEvent:
-        if kind is rp.Output:
-            return ev.StageOutput(rid, stage, report.tokens)  # type: ignore[attr-defined]
-        if kind is rp.Finished:
-            return ev.StageFinished(rid, stage, report.stop)  # type: ignore[attr-defined]
-        if kind is rp.StatusChanged:
-            return _STATUS_EVENTS.get(report.status, ev.StageFailed)(rid, stage)  # type: ignore[attr-defined]
-        return ev.StageFailed(rid, stage)
 
     def _rpc_result(self, call_id: int, where: tuple[int, int], error: str | None) -> Commands:
         rpc = self._rpcs.get(call_id)
@@ -507,6 +489,18 @@ _OBSERVATIONS: dict[type, Callable[[Orchestrator, Any, Commands], None]] = {
     ob.OrchestratorStopped: Orchestrator._on_orchestrator_stopped,
     ob.RuntimesStopped: Orchestrator._on_runtimes_stopped,
 }  # fmt: skip
+
+
+def _event_of(rid: int, stage: int, report: rp.RequestReport, kind: type) -> ev.StageEvent:
+    """Return the lifecycle event of a per-request report (``kind``: its protocol class); a status outside
+    the protocol is a failure of the request."""
+    if kind is rp.Output:
+        return ev.StageOutput(rid, stage, report.tokens)  # type: ignore[attr-defined]
+    if kind is rp.Finished:
+        return ev.StageFinished(rid, stage, report.stop)  # type: ignore[attr-defined]
+    if kind is rp.StatusChanged:
+        return _STATUS_EVENTS.get(report.status, ev.StageFailed)(rid, stage)  # type: ignore[attr-defined]
+    return ev.StageFailed(rid, stage)
 
 
 def _by_nearest_base(table: dict[type, Any], cls: type, what: str) -> Any:

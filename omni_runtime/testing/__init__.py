@@ -42,14 +42,15 @@ def workloads() -> st.SearchStrategy[list[tuple[int, int, int]]]:
     return st.lists(one, min_size=1, max_size=8)
 
 
-def check_runtime(factory: KitFactory, max_examples: int = 30, shrink: bool = True) -> None:
+def check_runtime(factory: KitFactory, max_examples: int = 30, shrink: bool = True, may_die: bool = False) -> None:
     """Run the conformance machine against ``factory`` (with and without worker RPC errors).
 
-    Raises ``ConformanceError`` naming the first invariant the runtime breaks.
+    Raises ``ConformanceError`` naming the first invariant the runtime breaks. A runtime that
+    reports its own death fails unless ``may_die`` (a death excuses everything it still owes).
     """
     phases = [Phase.explicit, Phase.reuse, Phase.generate, *([Phase.shrink] if shrink else [])]
     for rpc_fails in (False, True):
-        machine = make_machine(factory, rpc_fails)
+        machine = make_machine(factory, rpc_fails, may_die)
         run_state_machine_as_test(machine, settings=settings(
             max_examples=max_examples, stateful_step_count=30, deadline=None, phases=phases,
             suppress_health_check=list(HealthCheck), database=None, report_multiple_bugs=False))  # fmt: skip
@@ -78,6 +79,8 @@ def sim_factory(spec, stage, replica, rpc_fails):  # type: ignore[no-untyped-def
 
 def pytest_addoption(parser):  # type: ignore[no-untyped-def]
     parser.addoption("--omni-runtime", default=None, help="check this runtime factory (package.module:factory)")
+    parser.addoption("--omni-runtime-may-die", action="store_true",
+                     help="the runtime may report its own death (a death excuses what it still owes)")  # fmt: skip
 
 
 def pytest_collection_modifyitems(session, config, items):  # type: ignore[no-untyped-def]
@@ -85,7 +88,8 @@ def pytest_collection_modifyitems(session, config, items):  # type: ignore[no-un
     if spec:
         from omni_runtime.testing._plugin import ConformanceItem
 
-        items.append(ConformanceItem.from_parent(session, name=f"omni-runtime-conformance[{spec}]", spec=spec))
+        items.append(ConformanceItem.from_parent(session, name=f"omni-runtime-conformance[{spec}]", spec=spec,
+                                                 may_die=config.getoption("--omni-runtime-may-die")))  # fmt: skip
 
 
 __all__ = ["ConformanceError", "KitViolation", "RawStreamChecker", "check_runtime", "load_factory", "make_machine",

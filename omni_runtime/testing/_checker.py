@@ -28,9 +28,16 @@ class KitViolation:
 
 
 class RawStreamChecker:
-    """Records what one runtime was asked and what it reported; collects violations."""
+    """Records what one runtime was asked and what it reported; collects violations.
 
-    def __init__(self) -> None:
+    A replica that reports its death owes nothing more, so a death excuses every finish, abort
+    result and RPC answer still open. Unless ``may_die`` is set (the runtime under test really
+    can die), a death is therefore judged as what it excuses: every request still owed a finish.
+    A dead replica reports nothing after its death.
+    """
+
+    def __init__(self, may_die: bool = False) -> None:
+        self.may_die = may_die
         self.violations: list[KitViolation] = []
         self.accepted: set[int] = set()
         self.finished: dict[int, int] = {}
@@ -60,7 +67,10 @@ class RawStreamChecker:
     # -- what the runtime reported -----------------------------------------------------------------
 
     def __call__(self, report: rp.Report) -> None:
-        if isinstance(report, rp.RequestReport):
+        if self.dead:
+            subject = getattr(report, "req_id", None)
+            self._fail(ONE_FINISH, subject, f"{type(report).__name__} after the replica reported its death")
+        elif isinstance(report, rp.RequestReport):
             self._request(report)
         elif isinstance(report, rp.AbortResult):
             self._abort(report)
@@ -68,6 +78,11 @@ class RawStreamChecker:
             self._rpc(report)
         elif isinstance(report, (rp.ReplicaDied, rp.EngineDead)):
             self.dead = True
+            if not self.may_die:
+                owed = sorted(self.accepted - set(self.finished) - self.aborted)
+                self._fail(ONE_FINISH, owed[0] if owed else None,
+                           f"{type(report).__name__} though this run does not let the runtime die (may_die): a death "
+                           f"excuses the {len(owed)} request(s) still owed a finish")  # fmt: skip
 
     def _request(self, report: rp.RequestReport) -> None:
         rid = report.req_id

@@ -29,13 +29,13 @@ class ConformanceError(AssertionError):
     """A runtime broke its protocol; the message names the invariant."""
 
 
-def make_machine(factory: KitFactory, rpc_fails: bool = False) -> type[RuleBasedStateMachine]:
-    """Return a ``RuleBasedStateMachine`` checking runtimes made by ``factory``."""
+def make_machine(factory: KitFactory, rpc_fails: bool = False, may_die: bool = False) -> type[RuleBasedStateMachine]:
+    """Return a ``RuleBasedStateMachine`` checking runtimes made by ``factory`` (``may_die``: see the checker)."""
 
     class RuntimeConformance(RuleBasedStateMachine):
         def __init__(self) -> None:
             super().__init__()
-            self.checker = RawStreamChecker()
+            self.checker = RawStreamChecker(may_die)
             self.runtime: Any = None
             self.next_id = 0
 

@@ -12,14 +12,15 @@ from omni_runtime.testing._machine import ConformanceError
 class ConformanceItem(pytest.Item):
     """Runs the conformance kit against the factory named on the command line."""
 
-    def __init__(self, *, spec: str, **kwargs: Any) -> None:
+    def __init__(self, *, spec: str, may_die: bool = False, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.spec = spec
+        self.may_die = may_die
 
     def runtest(self) -> None:
         from omni_runtime.testing import check_runtime, load_factory
 
-        check_runtime(load_factory(self.spec))
+        check_runtime(load_factory(self.spec), may_die=self.may_die)
 
     def repr_failure(self, excinfo, style=None):  # type: ignore[no-untyped-def]
         if isinstance(excinfo.value, ConformanceError):

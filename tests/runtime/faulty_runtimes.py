@@ -100,6 +100,24 @@ class Reordering(_Wrapper):
                          attrs.evolve(SimConfig(), reorder=0.5, rpc_error=1.0 if rpc_fails else 0.0))  # fmt: skip
 
 
+class DiesAtOnce(_Wrapper):
+    """Reports its own death at its first step, and so owes nothing (not in ``FAULTY``: a death can be legal)."""
+
+    def step(self):
+        if self.sink is not None:
+            self.sink(rp.ReplicaDied())
+            self.sink = lambda report: None  # a dead replica is silent
+        return False
+
+
+class SpeaksAfterDeath(_Wrapper):
+    """Reports its death, then goes on reporting."""
+
+    def step(self):
+        self.sink(rp.ReplicaDied())
+        return self.inner.step()
+
+
 FAULTY = {
     "ORCH-INV-101": DoubleFinish,
     "ORCH-INV-209": OutputAfterAbort,

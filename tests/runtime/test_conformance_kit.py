@@ -9,7 +9,7 @@ from pathlib import Path
 
 import attrs
 import pytest
-from faulty_runtimes import FAULTY, IgnoredAbort, MislabelledAbortResult
+from faulty_runtimes import FAULTY, DiesAtOnce, IgnoredAbort, MislabelledAbortResult, SpeaksAfterDeath
 
 from omni_runtime.sim import SimConfig, sim_replica
 from omni_runtime.testing import ConformanceError, check_runtime, sim_factory
@@ -37,6 +37,18 @@ def test_kit_fails_each_faulty_runtime_naming_the_invariant(invariant):
 def test_kit_fails_a_runtime_that_does_not_answer_the_aborts_it_was_asked(runtime):
     with pytest.raises(ConformanceError, match=r"^ORCH-INV-202 \(one_result_per_aborted_request\)"):
         check_runtime(runtime, max_examples=40, shrink=False)
+
+
+def test_a_runtime_that_dies_is_judged_by_what_its_death_excuses_unless_it_may_die():
+    """A death excuses every finish still owed, so a runtime that always "dies" must not pass by default."""
+    with pytest.raises(ConformanceError, match=r"^ORCH-INV-101 .*ReplicaDied though this run does not let"):
+        check_runtime(DiesAtOnce, max_examples=40, shrink=False)
+    check_runtime(DiesAtOnce, max_examples=15, may_die=True)  # a runtime that really can die: its death is legal
+
+
+def test_a_dead_replica_reports_nothing_more():
+    with pytest.raises(ConformanceError, match=r"^ORCH-INV-101 .*after the replica reported its death"):
+        check_runtime(SpeaksAfterDeath, max_examples=40, shrink=False, may_die=True)
 
 
 def test_report_stream_faults_are_flagged():
@@ -70,3 +82,7 @@ def test_pytest_plugin_passes_the_simulator_and_fails_a_faulty_runtime():
     assert ok.returncode == 0, ok.stdout + ok.stderr
     bad = _pytest("--omni-runtime=faulty_runtimes:SwallowedRpcError")
     assert bad.returncode == 1 and "ORCH-INV-205" in bad.stdout, bad.stdout + bad.stderr
+    dies = _pytest("--omni-runtime=faulty_runtimes:DiesAtOnce")
+    assert dies.returncode == 1 and "ORCH-INV-101" in dies.stdout, dies.stdout + dies.stderr
+    may_die = _pytest("--omni-runtime=faulty_runtimes:DiesAtOnce", "--omni-runtime-may-die")
+    assert may_die.returncode == 0, may_die.stdout + may_die.stderr
