@@ -10,117 +10,41 @@ Liveness: from every reachable state, a state with no live request must be reach
 *progress* events only (the engine and its operator doing their job; no client abort, no
 failure, no death, no shutdown). Liveness is checked without symmetry reduction; symmetry
 (families as interchangeable: a sorted tuple) serves safety only.
+
+This module holds the state space (``Explorer``: the family codec, interning, the memoised
+successor function) and ``explore``. What can happen (families, ``Bound``, enabled steps) is in
+``_explore_world``; the search, its counterexamples and the liveness check in ``_explore_search``.
 """
 
 from __future__ import annotations
 
-import time
-from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-import attrs
-
-from omni_fsm import events as ev
-from omni_fsm._record import ENGINE_FIELDS, RECORD_FIELDS, Record, field_index
-from omni_fsm._table import SPEC, STAGE_LIVE, Spec
-from omni_fsm._vocab import LIVE, ControlMethod, ReqState, StageKind, StopKind
-from omni_fsm.core import Lifecycle, fanout
-from omni_fsm.errors import ConfigError, LifecycleError
+from omni_fsm._explore_search import Counterexample, Report, search
+from omni_fsm._explore_world import (
+    DEFAULT_FAMILIES,
+    FAMILIES,
+    PROGRESS,
+    Bound,
+    Family,
+    Step,
+    engine_events,
+    family_events,
+    is_progress,
+)
+from omni_fsm._record import ENGINE_FIELDS, RECORD_FIELDS, field_index
+from omni_fsm._table import SPEC, Spec
+from omni_fsm._vocab import StopKind
+from omni_fsm.core import Lifecycle
+from omni_fsm.errors import LifecycleError
 from omni_fsm.invariants import Monitor
 from omni_fsm.invariants._monitor import VIEW_FIELDS
 
-FAMILIES: dict[str, tuple[type[ev.Event], ...]] = {
-    "submit": (ev.Submit,),
-    "schedule": (ev.Scheduled, ev.Preempted),
-    "park": (ev.AwaitGrammar, ev.AwaitRemoteKVs, ev.AwaitStreamingReq, ev.AwaitChunk, ev.InputReady),
-    "output": (ev.StageOutput,),
-    "finish": (ev.StageFinished,),
-    "abort": (ev.Abort, ev.AbortDone, ev.AbortFailed),
-    "abort_race": (),  # reports arriving while a physical abort is in flight (else abort + result are one step)
-    "failure": (ev.StageFailed, ev.ReplicaLost),
-    "death": (ev.EngineDied,),
-    "shutdown": (ev.Shutdown,),
-    "control": (ev.Control, ev.RpcDone, ev.RpcFailed),
-    "late": (),  # duplicates and reports for ended requests: must be dropped
-    "illegal": (),  # runtime reports the table has no row for: must fail only that request
-}
-#: Every family but ``abort_race``: the default bound must finish in under a minute.
-DEFAULT_FAMILIES: frozenset[str] = frozenset(FAMILIES) - {"abort_race"}
-#: Events a fair engine (and its operator) always eventually produce: what liveness may use.
-PROGRESS: frozenset[type[ev.Event]] = frozenset(
-    {ev.Scheduled, ev.InputReady, ev.StageOutput, ev.StageFinished, ev.AbortDone, ev.Control, ev.RpcDone}
-)
-_STAGE_REPORTS = (ev.Scheduled, ev.Preempted, ev.AwaitGrammar, ev.AwaitRemoteKVs, ev.AwaitStreamingReq,
-                  ev.AwaitChunk, ev.InputReady, ev.StageFailed, ev.ReplicaLost, ev.AbortDone, ev.AbortFailed)
-_CONTROL_IDS = {m: i + 1 for i, m in enumerate(ControlMethod)}
-#: One step of the search: an event, or a short macro of events applied back to back.
-Step = ev.Event | tuple[ev.Event, ...]
-
-
-@attrs.frozen
-class Bound:
-    """What to explore: how many requests, the pipeline's shape, and which event families."""
-
-    requests: int = 3
-    stages: int = 2
-    final_stages: int = 1  #: the last stage, plus the first ``final_stages - 1`` ones
-    n: int = 1
-    companions: int = 0
-    capacity: int = 2
-    max_tokens: int = 2  #: outputs per request and stage
-    kinds: tuple[StageKind, ...] = ()  #: default: every stage AR
-    families: frozenset[str] = DEFAULT_FAMILIES
-
-    def pipeline(self) -> tuple[tuple[StageKind, ...], tuple[bool, ...]]:
-        """Return (stage kinds, final-output flags)."""
-        kinds = self.kinds or (StageKind.AR,) * self.stages
-        if len(kinds) != self.stages:
-            raise ConfigError(f"{len(kinds)} stage kinds given for {self.stages} stages")
-        if not 1 <= self.final_stages <= self.stages:
-            raise ConfigError("final_stages must be between 1 and the number of stages")
-        final = tuple(i == self.stages - 1 or i < self.final_stages - 1 for i in range(self.stages))
-        return kinds, final
-
-    @property
-    def block(self) -> int:
-        """Return the number of internal ids one family uses."""
-        return 1 + fanout(self.n, self.companions)
-
-
-@attrs.frozen
-class Counterexample:
-    """The shortest event sequence (from the empty engine) that breaks ``invariant``."""
-
-    invariant: str
-    message: str
-    events: tuple[ev.Event, ...]
-
-
-@attrs.frozen
-class Report:
-    states: int
-    edges: int
-    seconds: float
-    invariants: tuple[str, ...]  #: the IDs judged on every edge
-    liveness_checked: bool
-    stuck: Counterexample | None  #: a reachable state from which no progress ends everything
-    violations: tuple[Counterexample, ...]
-    symmetry: bool
-
-    @property
-    def ok(self) -> bool:
-        """Return whether no invariant broke and (if checked) liveness held."""
-        return not self.violations and self.stuck is None
-
-
 # -- the family codec: absolute rids <-> family-relative offsets ---------------------------------
-_REC_PARENT, _REC_STATE, _REC_STAGE, _REC_TOKENS = (field_index(RECORD_FIELDS, f)
-                                                   for f in ("parent", "state", "stage", "tokens"))
-_ENG_SLOTS, _ENG_RPCS = field_index(ENGINE_FIELDS, "slots_used"), field_index(ENGINE_FIELDS, "pending_rpcs")
+_REC_PARENT = field_index(RECORD_FIELDS, "parent")
+_ENG_SLOTS = field_index(ENGINE_FIELDS, "slots_used")
 _VIEW_PARENT, _VIEW_CHILDREN = field_index(VIEW_FIELDS, "parent"), field_index(VIEW_FIELDS, "children")
-
-Family = tuple[tuple[tuple[int, tuple[Any, ...]], ...], tuple[tuple[int, tuple[Any, ...]], ...]]
 
 
 def _rel_rec(snap: tuple[Any, ...], base: int) -> tuple[Any, ...]:
@@ -288,12 +212,13 @@ class Explorer:
             abstract = self._local_abstract.get(akey)
             if abstract is None:
                 abstract = []
-                for event in self._family_events(gid, fid):
+                events = family_events(self.bound, self._stop_kinds, self.globals[gid][0], self.families[fid], self.lc)
+                for event in events:
                     got = self._run(gid, ((0, fid),), event)
                     if got is not None:
                         delta = self._delta(gid, got[0])
                         assert delta is not None, f"a family step changed the control plane: {event!r}"
-                        abstract.append((event, delta, got[1][0], got[2], _is_progress(event)))
+                        abstract.append((event, delta, got[1][0], got[2], is_progress(event)))
                 self._local_abstract[akey] = abstract
             steps = [(e, self._apply_delta(gid, d), f2, v, p) for e, d, f2, v, p in abstract]
             self._local[key] = steps
@@ -346,78 +271,11 @@ class Explorer:
                 out.append((step, (new_gid, *fids), tuple(dict.fromkeys(violations)) if violations else ()))
         return out
 
-    def _family_events(self, gid: int, fid: int) -> list[Step]:
-        b, fams = self.bound, self.bound.families
-        recs, views = self.families[fid]
-        if not views:
-            return [ev.Submit(0, b.n, b.companions)] if "submit" in fams else []
-        out: list[Step] = []
-        live = {off for off, _ in recs}
-        for off, snap in recs:
-            state, stage, tokens = snap[_REC_STATE], snap[_REC_STAGE], snap[_REC_TOKENS]
-            if state in _UNBOUND:
-                if "abort" in fams:
-                    out.append(ev.Abort(off))
-                continue
-            atomic_abort = "abort_race" not in fams and state is not ReqState.ABORTING
-            out.extend(cls(off, stage) for cls in _STAGE_REPORTS
-                       if _family_of(cls) in fams and not (atomic_abort and cls in _ABORT_RESULTS))
-            if "output" in fams and tokens < b.max_tokens:
-                out.append(ev.StageOutput(off, stage, 1))
-            out.extend(ev.StageFinished(off, stage, k) for k in self._stop_kinds)
-            if "abort" in fams and atomic_abort:  # the abort and its physical result, one step
-                out.extend((ev.Abort(off), result(off, stage)) for result in _ABORT_RESULTS)
-            elif "abort" in fams:
-                out.append(ev.Abort(off))
-            if "late" in fams and stage > 0:
-                out.append(ev.StageFinished(off, stage - 1))
-        if "late" in fams:
-            for off, _ in views:
-                if off not in live:
-                    out.append(ev.StageOutput(off, 0, 1))
-                    out.append(ev.AbortDone(off, 0))
-        eng = self.globals[gid][0]
-        legal: list[Step] = []
-        illegal: dict[int, Step] = {}  # every illegal report fails its request alike: one per request
-        for step in out:
-            if self._illegal(eng, recs, step):
-                illegal.setdefault(step.rid, step)  # type: ignore[union-attr]
-            else:
-                legal.append(step)
-        return legal + list(illegal.values()) if "illegal" in fams else legal
-
-    def _illegal(self, eng: tuple[Any, ...], recs: Any, event: Step) -> bool:
-        """Return whether the table has no row for this runtime report (it would fail the request)."""
-        if isinstance(event, tuple) or event.ORIGIN != ev.RUNTIME or not isinstance(event, ev.StageEvent):
-            return False
-        snap = dict(recs).get(event.rid)
-        if snap is None or snap[_REC_STAGE] != event.stage:
-            return False  # late or stale: dropped, not illegal
-        self.lc.engine.load(eng)
-        rec = Record(event.rid)
-        rec.load(snap)
-        return self.lc.table.select(rec, event, self.lc.engine) is None
-
     def _engine_events(self, gid: int) -> list[Step]:
         steps = self._engine_steps.get(gid)
         if steps is None:
-            steps = self._engine_steps[gid] = self._list_engine_events(gid)
+            steps = self._engine_steps[gid] = engine_events(self.bound, self.globals[gid][0])
         return steps
-
-    def _list_engine_events(self, gid: int) -> list[Step]:
-        fams = self.bound.families
-        eng = self.globals[gid][0]
-        out: list[Step] = []
-        pending = dict(eng[_ENG_RPCS])
-        if "control" in fams and not pending:  # a control call and its result, one at a time
-            for method, cid in _CONTROL_IDS.items():
-                out.append((ev.Control(cid, method), ev.RpcDone(cid)))
-                out.append((ev.Control(cid, method), ev.RpcFailed(cid)))
-        if "death" in fams:
-            out.append(ev.EngineDied())
-        if "shutdown" in fams:
-            out.append(ev.Shutdown())
-        return out
 
     def all_ended(self, state: tuple[int, ...]) -> bool:
         """Return whether no request is live (every family unsubmitted or ended)."""
@@ -432,164 +290,12 @@ class Explorer:
         return tuple((v.invariant, v.message) for v in self.mon.finish())
 
 
-#: Live states not bound to a stage: only the client can act on them (the rest is internal).
-_UNBOUND = LIVE - STAGE_LIVE - {ReqState.NEW}
-_ABORT_RESULTS = (ev.AbortDone, ev.AbortFailed)
-
-
-def _family_of(cls: type[ev.Event]) -> str:
-    for name, members in FAMILIES.items():
-        if cls in members:
-            return name
-    raise KeyError(cls)
-
-
-def _rebase(event: Any, base: int) -> Any:
-    if isinstance(event, tuple):
-        return tuple(_rebase(e, base) for e in event)
-    return attrs.evolve(event, rid=event.rid + base) if base and isinstance(event, ev.RequestEvent) else event
-
-
-def explore(bound: Bound = Bound(), spec: Spec = SPEC, symmetry: bool = False, liveness: bool = True,
+def explore(bound: Bound = Bound(),  # noqa: B008 - Bound is frozen: one shared default is safe
+            spec: Spec = SPEC, symmetry: bool = False, liveness: bool = True,
             progress: Callable[[int, int, float], None] | None = None,
             on_phase: Callable[[str], None] | None = None) -> Report:
     """Explore every state reachable within ``bound``; return the report (pure: no I/O)."""
-    from omni_fsm.invariants import CHECKS
-
-    xp = Explorer(bound, spec)
-    start = time.perf_counter()
-    init = xp.initial()
-    ids: dict[tuple[int, ...], int] = {_symmetric(init) if symmetry else init: 0}
-    parents: list[tuple[int, int, Step | None]] = [(-1, 0, None)]  # (parent, family, step)
-    states: list[tuple[int, ...]] = [init]
-    found: dict[str, Counterexample] = {}
-    preds: list[list[int]] = [[]]  # progress edges, reversed: who can reach each state
-    check_live = liveness and not symmetry
-    goals: list[int] = []
-    bad: set[int] = set()  # states reached by a violating step: reported as safety, not liveness
-    edges = 0
-    block = bound.block
-    local, engine_successors, local_cache = xp.local, xp.engine_successors, xp._local
-
-    def _add(nxt: tuple[int, ...], key: tuple[int, ...], sid: int, family: int, step: Step,
-             violations: tuple[Any, ...]) -> int:
-        nid = len(states)
-        ids[key] = nid
-        states.append(nxt)
-        parents.append((sid, family, step))
-        preds.append([])
-        if violations:
-            bad.add(nid)
-            for inv, msg in violations:
-                found.setdefault(inv, Counterexample(inv, msg, _path(parents, nid, block)))
-        return nid
-
-    def _seen_violation(sid: int, family: int, step: Step, violations: tuple[Any, ...]) -> None:
-        last = _flat(_rebase(step, (family - 1) * block if family else 0))
-        for inv, msg in violations:
-            found.setdefault(inv, Counterexample(inv, msg, (*_path(parents, sid, block), *last)))
-
-    sid = 0
-    while sid < len(states):  # states are appended in BFS order: the list is the queue
-        state = states[sid]
-        gid = state[0]
-        if xp.all_ended(state):
-            goals.append(sid)
-            for inv, msg in xp.finish_violations(state):  # end-of-history rules
-                found.setdefault(inv, Counterexample(inv, msg, _path(parents, sid, block)))
-        rest = state[1:]
-        for i in range(1, len(state)):
-            steps = local_cache.get((gid, state[i]))
-            if steps is None:
-                steps = local(gid, state[i])
-            head, tail = rest[: i - 1], rest[i:]
-            for step, g2, f2, violations, prog in steps:
-                edges += 1
-                nxt = (g2, *head, f2, *tail)
-                key = _symmetric(nxt) if symmetry else nxt
-                nid = ids.get(key)
-                if nid is None:
-                    nid = _add(nxt, key, sid, i, step, violations)
-                elif violations:
-                    _seen_violation(sid, i, step, violations)
-                if check_live and prog:
-                    preds[nid].append(sid)
-        for step, nxt, violations in engine_successors(state):
-            edges += 1
-            key = _symmetric(nxt) if symmetry else nxt
-            nid = ids.get(key)
-            if nid is None:
-                nid = _add(nxt, key, sid, 0, step, violations)
-            elif violations:
-                _seen_violation(sid, 0, step, violations)
-            if check_live and _is_progress(step):
-                preds[nid].append(sid)
-        sid += 1
-        if progress is not None and sid % 4096 == 0:  # the caller decides how often to show it
-            progress(len(states), edges, time.perf_counter() - start)
-
-    def report_counts(liveness_done: int = 0) -> None:  # liveness reports the search's final counts
-        if progress is not None:
-            progress(len(states), edges, time.perf_counter() - start)
-
-    report_counts()  # the search is over: its final counts
-    if check_live and on_phase is not None:
-        on_phase("checking liveness")
-    stuck = _liveness(len(states), parents, goals, preds, bad, block, report_counts) if check_live else None
-    seconds = time.perf_counter() - start
-    invariants = tuple(sorted({c.invariant for c in CHECKS.values()}))
-    return Report(len(states), edges, seconds, invariants, check_live, stuck,
-                  tuple(sorted(found.values(), key=lambda c: (len(c.events), c.invariant))), symmetry)
+    return search(Explorer(bound, spec), symmetry, liveness, progress, on_phase)
 
 
-def _symmetric(state: tuple[int, ...]) -> tuple[int, ...]:
-    return (state[0], *sorted(state[1:]))
-
-
-def _path(parents: list[tuple[int, int, Step | None]], sid: int, block: int) -> tuple[ev.Event, ...]:
-    steps: list[Step] = []
-    while sid > 0:
-        sid, family, step = parents[sid]
-        assert step is not None
-        steps.append(_rebase(step, (family - 1) * block if family else 0))
-    return tuple(e for step in reversed(steps) for e in _flat(step))
-
-
-def _flat(step: Step) -> tuple[ev.Event, ...]:
-    return step if isinstance(step, tuple) else (step,)
-
-
-def _is_progress(step: Step) -> bool:
-    if isinstance(step, tuple):
-        return all(type(e) in PROGRESS for e in step)
-    return type(step) in PROGRESS
-
-
-def _liveness(count: int, parents: list[tuple[int, int, Step | None]], goals: list[int],
-              preds: list[list[int]], bad: set[int], block: int,
-              tick: Callable[[int], None] = lambda done: None) -> Counterexample | None:  # fmt: skip
-    """Return a shortest path to a state from which no progress path ends every request.
-
-    ``tick(states done)`` is called every 4,096 states, for progress.
-    """
-    can_end = bytearray(count)
-    frontier = deque(goals)
-    for g in goals:
-        can_end[g] = 1
-    done = 0
-    while frontier:
-        done += 1
-        if done % 4096 == 0:
-            tick(done)
-        for p in preds[frontier.popleft()]:
-            if not can_end[p]:
-                can_end[p] = 1
-                frontier.append(p)
-    for sid in range(count):  # ids are in BFS order: the first is a shortest one
-        if not can_end[sid] and sid not in bad:
-            return Counterexample("LIVENESS", "no progress path from here ends every request",
-                                  _path(parents, sid, block))
-    return None
-
-
-__all__ = ["FAMILIES", "PROGRESS", "Bound", "Counterexample", "Explorer", "Report", "explore"]
+__all__ = ["DEFAULT_FAMILIES", "FAMILIES", "PROGRESS", "Bound", "Counterexample", "Explorer", "Report", "explore"]

@@ -12,277 +12,47 @@ event). States of the core never appear: a trace records only what can be observ
 Names and fields come from the attrs classes of ``omni_fsm.events`` and
 ``omni_fsm.observations`` (``StageOutput`` is ``stage_output``); the reader validates every line
 against those classes' fields, so the format follows them. See ``docs/trace-format.md``.
-This module is the I/O shell around the pure core, which never imports it.
+This module is the I/O shell around the pure core, which never imports it. The codec of single
+lines (names, field checks, the header) is ``omni_fsm._trace_codec``; its public names are
+re-exported here.
 """
 
 from __future__ import annotations
 
 import contextlib
-import enum
 import errno
 import io
 import json
 import os
-import re
 import secrets
-import types
-import typing
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import IO, Any, NamedTuple
-
-import attrs
 
 from omni_fsm import events as ev
 from omni_fsm import observations as ob
+from omni_fsm._trace_codec import (
+    _HEADER_SHAPE,
+    FORMAT_VERSION,
+    INPUTS,
+    NAMES,
+    OUTPUTS,
+    TraceHeader,
+    _Bad,
+    _json_type,
+    decode,
+    dumps,
+    encode,
+    parse_header,
+    snake_name,
+)
+
+# Names outside ``__all__`` that were always importable from here; ``as`` re-exports them for strict type checkers.
+from omni_fsm._trace_codec import END_KEY as END_KEY
+from omni_fsm._trace_codec import VERSION_KEY as VERSION_KEY
+from omni_fsm._trace_codec import Decode as Decode
+from omni_fsm._trace_codec import Item as Item
 from omni_fsm._vocab import StageKind
 from omni_fsm.errors import ConfigError, MalformedInput
-
-FORMAT_VERSION = 1
-VERSION_KEY = "omni_fsm_trace"
-END_KEY = "end"
-Item = ev.Event | ob.Observation
-
-
-def snake_name(cls: type) -> str:
-    """Return the trace name of an event or observation class (``AwaitRemoteKVs`` -> ``await_remote_kvs``)."""
-    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", cls.__name__).lower()
-
-
-def _by_name(classes: Iterable[type]) -> dict[str, Any]:
-    unique = set(classes)
-    table = {snake_name(cls): cls for cls in sorted(unique, key=lambda cls: cls.__name__)}
-    if len(table) != len(unique):  # pragma: no cover - guards against a future class name clash
-        raise TypeError("two classes map to one trace name")
-    return table
-
-
-#: Trace name -> input event class: everything a client or a runtime sends.
-INPUTS: dict[str, type[ev.Event]] = _by_name(
-    cls for cls in (*ev.REQUEST_EVENTS, *ev.ENGINE_EVENTS) if cls.ORIGIN != ev.INTERNAL
-)
-#: Trace name -> observation class: everything the core can output.
-OUTPUTS: dict[str, type[ob.Observation]] = _by_name(
-    cls for cls in vars(ob).values()
-    if isinstance(cls, type) and issubclass(cls, ob.Observation) and cls is not ob.Observation
-)
-#: Class -> (line key, trace name), for writing.
-NAMES: dict[type, tuple[str, str]] = {
-    **{cls: ("in", name) for name, cls in INPUTS.items()},
-    **{cls: ("out", name) for name, cls in OUTPUTS.items()},
-}
-
-# -- field codecs, built from the classes' annotations ------------------------------------------
-
-
-class _Bad(Exception):
-    """A value does not fit its field (the reason, without file and line)."""
-
-
-Decode = Callable[[Any], Any]
-#: Least value of integer fields, by field name (ids and counts; -1 stands for "none").
-_AT_LEAST: dict[str, int] = {"rid": 0, "parent": -1, "sample": -1, "n": 1, "companions": 0, "tokens": 0,
-                              "cumulative": 0, "level": 0, "call_id": 0}
-_AT_LEAST_FOR: dict[tuple[type, str], int | None] = {(ob.Dropped, "rid"): -1}  # an engine-wide drop names no request
-#: Integer fields that name a stage of the pipeline.
-_STAGE_FIELDS = frozenset({"stage", "src", "dst"})
-
-
-def _json_type(value: Any) -> str:
-    names = {bool: "a boolean", int: "an integer", float: "a number", str: "a string", list: "an array",
-             dict: "an object", type(None): "null"}
-    return names.get(type(value), type(value).__name__)
-
-
-def _expect(kind: type, what: str) -> Decode:
-    def decode(value: Any) -> Any:
-        if type(value) is not kind:  # exact: JSON true is not the integer 1
-            raise _Bad(f"expected {what}, got {_json_type(value)}")
-        return value
-
-    return decode
-
-
-def _enum(cls: type[enum.Enum]) -> Decode:
-    values = {member.value: member for member in cls}
-
-    def decode(value: Any) -> Any:
-        if type(value) is not str or value not in values:
-            raise _Bad(f"expected one of {sorted(values)}, got {json.dumps(value)[:40]}")
-        return values[value]
-
-    return decode
-
-
-def _optional(inner: Decode) -> Decode:
-    return lambda value: None if value is None else inner(value)
-
-
-def _string_set(value: Any) -> frozenset[str]:
-    if type(value) is not list or any(type(v) is not str for v in value):
-        raise _Bad("expected an array of strings")
-    if len(set(value)) != len(value):
-        raise _Bad("expected an array of distinct strings")
-    return frozenset(value)
-
-
-def _decoder(tp: Any) -> Decode:
-    """Return the decoder of one annotated field type; unknown types fail at import."""
-    simple = {bool: "a boolean", int: "an integer", str: "a string"}
-    if tp in simple:
-        return _expect(tp, simple[tp])
-    if isinstance(tp, type) and issubclass(tp, enum.Enum):
-        return _enum(tp)
-    args = typing.get_args(tp)
-    if typing.get_origin(tp) in (types.UnionType, typing.Union) and len(args) == 2 and type(None) in args:
-        return _optional(_decoder(next(a for a in args if a is not type(None))))
-    if typing.get_origin(tp) is frozenset and args == (str,):
-        return _string_set
-    raise TypeError(f"the trace format has no codec for field type {tp!r}")  # pragma: no cover
-
-
-@attrs.frozen
-class _Field:
-    name: str
-    decode: Decode
-    least: int | None
-    is_stage: bool
-
-
-def _fields(cls: type) -> tuple[_Field, ...]:
-    hints = typing.get_type_hints(cls)
-    fields: list[_Field] = []
-    for f in attrs.fields(cls):
-        least = _AT_LEAST_FOR.get((cls, f.name), _AT_LEAST.get(f.name))
-        fields.append(_Field(f.name, _decoder(hints[f.name]), least, f.name in _STAGE_FIELDS))
-    return tuple(fields)
-
-
-_FIELDS: dict[type, tuple[_Field, ...]] = {cls: _fields(cls) for cls in NAMES}
-
-# -- encoding -------------------------------------------------------------------------------------
-
-
-def _plain(value: Any) -> Any:
-    if isinstance(value, enum.Enum):
-        return value.value
-    if isinstance(value, frozenset):
-        return sorted(value)
-    return value
-
-
-def encode(item: Item) -> dict[str, Any]:
-    """Return the trace object of an input event or observation (``ValueError`` if it has none)."""
-    try:
-        key, name = NAMES[type(item)]
-    except KeyError:
-        raise ConfigError(f"{type(item).__name__} has no place in a trace (internal or unknown)") from None
-    return {key: name, **{f.name: _plain(getattr(item, f.name)) for f in _FIELDS[type(item)]}}
-
-
-def dumps(item: Item) -> str:
-    """Return the compact JSON line (no newline) of an input event or observation."""
-    return json.dumps(encode(item), separators=(",", ":"))
-
-
-# -- decoding ------------------------------------------------------------------------------------
-
-
-def decode(obj: dict[str, Any], stages: int) -> Item:
-    """Return the event or observation of one trace object; raise ``ValueError`` naming what is wrong.
-
-    ``stages`` is the pipeline's length (stage indexes must name one of its stages).
-    """
-    try:
-        return _decode(obj, stages)
-    except _Bad as bad:
-        raise ValueError(str(bad)) from None
-
-
-def _impossible(field: _Field, value: Any, stages: int) -> str | None:
-    """Return why a well-typed value cannot occur (a negative id, a stage beyond the pipeline), or None."""
-    if type(value) is not int:
-        return None
-    if field.least is not None and value < field.least:
-        return f"{value} is below {field.least}"
-    if field.is_stage and not 0 <= value < stages:
-        return f"{value} is not a stage of the {stages}-stage pipeline"
-    return None
-
-
-def _decode(obj: dict[str, Any], stages: int) -> Item:
-    key = "in" if "in" in obj else "out"
-    table: dict[str, type] = INPUTS if key == "in" else OUTPUTS
-    name = obj[key]
-    cls = table.get(name) if type(name) is str else None
-    if cls is None:
-        kind = "input event" if key == "in" else "observation"
-        raise _Bad(f"unknown {kind} {json.dumps(name)[:40]}")
-    fields = _FIELDS[cls]
-    extra = sorted(set(obj) - {key} - {f.name for f in fields})
-    if extra:
-        raise _Bad(f"{name}: unexpected field {extra[0]!r}")
-    values: dict[str, Any] = {}
-    for field in fields:
-        if field.name not in obj:
-            raise _Bad(f"{name}: missing field {field.name!r}")
-        try:
-            value = field.decode(obj[field.name])
-        except _Bad as bad:
-            raise _Bad(f"{name}.{field.name}: {bad}") from None
-        problem = _impossible(field, value, stages)
-        if problem:
-            raise _Bad(f"{name}.{field.name}: {problem}")
-        values[field.name] = value
-    item: Item = cls(**values)
-    return item
-
-
-@attrs.frozen
-class TraceHeader:
-    """The pipeline a trace was recorded on: what ``Monitor`` and ``Lifecycle`` are built from."""
-
-    kinds: tuple[StageKind, ...]
-    final: tuple[bool, ...]
-    capacity: int
-    version: int = FORMAT_VERSION
-
-    def encode(self) -> dict[str, Any]:
-        """Return the header line's object."""
-        stages = [{"kind": k.value, "final": f} for k, f in zip(self.kinds, self.final, strict=True)]
-        return {VERSION_KEY: self.version, "stages": stages, "capacity": self.capacity}
-
-
-_STAGE_KIND = _enum(StageKind)
-_HEADER_SHAPE = f'the header {{"{VERSION_KEY}": {FORMAT_VERSION}, "stages": [...], "capacity": N}}'
-
-
-def parse_header(obj: Any) -> TraceHeader:
-    """Return the header of a trace's first object; raise ``ValueError`` naming what is wrong."""
-    if type(obj) is not dict or VERSION_KEY not in obj:
-        raise ValueError(f"line 1 must be {_HEADER_SHAPE}")
-    version = obj[VERSION_KEY]
-    if type(version) is not int or version != FORMAT_VERSION:
-        raise ValueError(f"unsupported trace version {json.dumps(version)[:40]} (this reader reads {FORMAT_VERSION})")
-    if set(obj) != {VERSION_KEY, "stages", "capacity"}:
-        raise ValueError(f"expected exactly the keys of {_HEADER_SHAPE}")
-    stages, capacity = obj["stages"], obj["capacity"]
-    if type(capacity) is not int or capacity < 1:
-        raise ValueError("header: capacity must be an integer of at least 1")
-    if type(stages) is not list or not stages:
-        raise ValueError("header: stages must be a non-empty array")
-    kinds, final = [], []
-    for i, stage in enumerate(stages):
-        if type(stage) is not dict or set(stage) != {"kind", "final"} or type(stage["final"]) is not bool:
-            raise ValueError(f'header: stage {i} must be {{"kind": "ar"|"diffusion", "final": true|false}}')
-        try:
-            kinds.append(_STAGE_KIND(stage["kind"]))
-        except _Bad as bad:
-            raise ValueError(f"header: stage {i} kind: {bad}") from None
-        final.append(stage["final"])
-    if not final[-1]:
-        raise ValueError("header: the last stage must be a final-output stage")
-    return TraceHeader(tuple(kinds), tuple(final), capacity)
-
 
 # -- reading -----------------------------------------------------------------------------------
 
