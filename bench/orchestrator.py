@@ -21,7 +21,7 @@ core's; ``bytes_per_inflight`` is orchestrator and lifecycle state per request i
   observations, commands, stage inputs) and checks nothing: the least any design of this shape
   costs in CPython on the machine of the moment. ``core/floor`` is the price of what the core
   checks and records.
-- vLLM-Omni (``--vllm-omni PYTHON``, or ``OMNI_BENCH_VLLM_OMNI``): ``bench/vllm_omni.py`` run with a
+- vLLM-Omni (``--vllm-omni PYTHON``, or ``OMNI_BENCH_VLLM_OMNI``): ``bench/vllm_omni_loop.py``, run with a
   Python that has vLLM-Omni 0.30 installed (its own venv: see that script), before and after
   the rounds, so that its figures and ours see the same machine; the ratios are printed.
 """
@@ -180,13 +180,14 @@ def _rate(runs: list[Run]) -> float:
 
 
 def vllm_omni_us_per_hop(python: str) -> float:
-    """Run ``bench/vllm_omni.py`` with ``python`` (a venv with vLLM-Omni); return its median us per hop."""
-    script = Path(__file__).with_name("vllm_omni.py")
+    """Run ``bench/vllm_omni_loop.py`` with ``python`` (a venv with vLLM-Omni); return its median us per hop."""
+    script = Path(__file__).with_name("vllm_omni_loop.py")
     done = subprocess.run([python, str(script)], capture_output=True, text=True, timeout=1800, check=False)
     last = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else ""
     found = re.search(r"us_per_hop=([0-9.]+)", last)
     if done.returncode != 0 or not last.startswith("vllm_omni:") or found is None:
-        raise SystemExit(f"bench/vllm_omni.py failed (exit {done.returncode}): {(done.stderr or last).strip()[-2000:]}")
+        why = (done.stderr or last).strip()[-2000:]
+        raise SystemExit(f"bench/vllm_omni_loop.py failed (exit {done.returncode}): {why}")
     print(f"  vLLM-Omni: {last}")
     return float(found.group(1))
 
