@@ -56,7 +56,8 @@ class _Route:
     __slots__ = ("result", "seq", "stage")
 
     def __init__(self) -> None:
-        self.stage, self.seq, self.result = 0, 0, None
+        self.stage, self.seq = 0, 0
+        self.result: object = None
 
 
 def _submit(rec: _Record, e: _Msg, out: list[_Msg]) -> None:
