@@ -224,8 +224,8 @@ def main() -> int:
               f"({1e6 / core_rates[-1]:.1f} us/hop, {share:.0%} in Lifecycle.handle), "
               f"driver {driver_rates[-1]:>8,.0f} hops/s ({1e6 / driver_rates[-1]:.1f} us/hop)")  # fmt: skip
     low_core, low_driver = min(core_rates), min(driver_rates)
-    for requests, runs in floor.items():
-        rate = statistics.median(hops / seconds for seconds, hops in runs)
+    for requests, floor_runs in floor.items():
+        rate = statistics.median(hops / seconds for seconds, hops in floor_runs)
         print(f"requests={requests:>6} floor {rate:>8,.0f} hops/s ({1e6 / rate:.1f} us/hop): the core takes "
               f"{rate / core_rates[WORKLOADS.index((requests, 0.0))]:.2f}x the floor's time")  # fmt: skip
     if args.vllm_omni:

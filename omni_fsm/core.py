@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Iterable
 from functools import lru_cache
-from typing import Any
+from typing import Any, Protocol
 
 from omni_fsm import events as ev
 from omni_fsm import observations as ob
@@ -83,17 +83,28 @@ class Lifecycle:
             raise ConfigError("capacity must be at least 1")
         self.spec = spec
         self.engine = Engine(kinds=kinds_t, final=final_t, capacity=capacity)
-        self.table = _compiled(spec.rows)
-        self.engine_table = _compiled(spec.engine_rows)
-        self._index = self.table.index  # ``_fire`` looks selectors up inline
+        self.table = _compiled(spec.rows)  # sets ``_index`` too (see the property)
+        self.engine_table: Table = _compiled(spec.engine_rows)
         self.records: dict[int, Record] = {}
         self.counters = Counters()
         # per row (by identity): its effect functions, whether it enters a terminal state, and
-        # whether the record holds a slot before and after (``None``: an abort decides, at run time)
-        # (the compiled table is shared by equal tables: its rows are the ones the selectors return)
-        self._plans = {_id(r): _plan(r, spec.holds_slot) for rows in self.table.lookup.values() for _, _, r in rows}
+        # whether it frees / takes a slot (``None``: an abort decides, at run time). The compiled
+        # table is shared by equal tables, so its rows may be equal copies of the spec's: both count.
+        shared = (r for rows in self.table.lookup.values() for _, _, r in rows)
+        self._plans = {_id(r): _plan(r, spec.holds_slot) for r in (*spec.rows, *shared)}
         self._on_terminal = _effect_functions(spec.on_terminal, "on_terminal")
         self._queue: deque[ev.Event] = deque()
+
+    @property
+    def table(self) -> Table:
+        """The request table the core selects rows from (the compiled one unless replaced)."""
+        return self._table
+
+    @table.setter
+    def table(self, table: Table) -> None:
+        self._table = table
+        # ``_fire`` looks selectors up inline: ``event type -> state -> select(r, e, g)``
+        self._index: Any = table.index if isinstance(table, CompiledTable) else _EveryCase(table)
 
     # -- queries -------------------------------------------------------------------------
 
@@ -183,7 +194,7 @@ class Lifecycle:
     def _fire(self, rec: Record, event: ev.RequestEvent, out: Out) -> Row:
         by_state = self._index.get(event.__class__)  # ``self.table.select``, inline: the hottest call there is
         select = None if by_state is None else by_state.get(rec.state)
-        row = None if select is None else select(rec, event, self.engine)
+        row: Row | None = None if select is None else select(rec, event, self.engine)
         if row is None:
             miss = MISS_POLICY[event.ORIGIN]
             if miss is Miss.REFUSE:
@@ -273,6 +284,36 @@ class Lifecycle:
             rec = Record(rid)
             rec.load(rsnap)
             self.records[rid] = rec
+
+
+class Table(Protocol):
+    """What the core needs of a table: the first row whose guards hold (the compiled table, the reference)."""
+
+    def select(self, subject: Any, event: Any, engine: Engine) -> Row | None: ...
+
+
+class _AskTable:
+    """``state -> selector`` over a table that is not compiled: every state gets its ``select``."""
+
+    __slots__ = ("select",)
+
+    def __init__(self, table: Table) -> None:
+        self.select = table.select
+
+    def get(self, state: object) -> Callable[[Any, Any, Engine], Row | None]:
+        return self.select
+
+
+class _EveryCase:
+    """``event type -> state -> selector`` (``_fire``'s inline index) over a table that is not compiled."""
+
+    __slots__ = ("_by_state",)
+
+    def __init__(self, table: Table) -> None:
+        self._by_state = _AskTable(table)
+
+    def get(self, event_type: type) -> _AskTable:
+        return self._by_state
 
 
 @lru_cache(maxsize=32)

@@ -32,7 +32,7 @@ class RawStreamChecker:
 
     A replica that reports its death owes nothing more, so a death excuses every finish, abort
     result and RPC answer still open. Unless ``may_die`` is set (the runtime under test really
-    can die), a death is therefore judged as what it excuses: every request still owed a finish.
+    can die), any death is therefore a violation (its message counts the requests it excused).
     A dead replica reports nothing after its death.
     """
 

@@ -9,9 +9,11 @@ import attrs
 import pytest
 
 import omni_fsm._explorer as explorer_module
-from omni_fsm import StageKind
+from omni_fsm import StageKind, core
 from omni_fsm import events as ev
 from omni_fsm._explorer import DEFAULT_FAMILIES, FAMILIES, Bound, explore
+from omni_fsm._record import Record
+from omni_fsm._table import Effect
 from omni_fsm.cli import main as cli_main
 from omni_fsm.core import Lifecycle
 from omni_fsm.explore import write_counterexample
@@ -91,6 +93,42 @@ class _NoStaleCheck(Lifecycle):
         if rec is not None and isinstance(event, ev.StageEvent) and event.stage != rec.stage:
             event = attrs.evolve(event, stage=rec.stage)
         super()._request(event, out, top)
+
+
+_FORWARD = core._EFFECTS[Effect.FORWARD]
+_FORWARDS_SEEN = [0]
+
+
+def _stage_watched(effect: Any) -> Any:
+    def run(lc: Lifecycle, rec: Record, event: Any, source: Any, out: Any) -> None:
+        stage = rec.stage
+        effect(lc, rec, event, source, out)
+        if rec.stage != stage:
+            assert effect is _FORWARD, f"{effect.__name__} moved {rec.rid} to stage {rec.stage} on {event!r}"
+            _FORWARDS_SEEN[0] += 1
+
+    return run
+
+
+class _StageWatched(Lifecycle):
+    """The real core, every effect of every row watched: only ``FORWARD`` may change a record's stage."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._plans = {k: (tuple(map(_stage_watched, fx)), *rest) for k, (fx, *rest) in self._plans.items()}
+
+
+@pytest.mark.parametrize("bound", [
+    Bound(requests=2, families=ALL),
+    Bound(requests=1, n=2, families=SMALL | {"failure", "death", "shutdown", "late"}),
+    Bound(requests=1, companions=1, families=SMALL | {"failure", "death", "shutdown", "late", "abort_race"}),
+], ids=["plain", "n2", "companion"])  # fmt: skip
+def test_only_forward_moves_a_request_to_another_stage(monkeypatch: pytest.MonkeyPatch, bound: Bound) -> None:
+    """The core resolves each row's slot moves when it is built, on this premise: every reachable step checks it."""
+    monkeypatch.setattr(explorer_module, "Lifecycle", _StageWatched)
+    _FORWARDS_SEEN[0] = 0
+    report = explore(bound)
+    assert not report.violations and _FORWARDS_SEEN[0] > 0
 
 
 @pytest.mark.covers("AR-INV-003")

@@ -355,13 +355,43 @@ def handle(lc: Lifecycle, event: ev.Event) -> tuple[str, Any]:
         return "raises", (type(exc), str(exc))
 
 
+class _Counting:
+    """A table that counts the selections asked of it."""
+
+    def __init__(self, table: Any) -> None:
+        self.table, self.calls = table, 0
+
+    def select(self, subject: Any, event: Any, engine: Any) -> Any:
+        self.calls += 1
+        return self.table.select(subject, event, engine)
+
+
+def test_a_replaced_table_is_the_one_the_core_asks() -> None:
+    """The property below compares the two tables only if the core really asks the one put in."""
+    lc = Lifecycle([StageKind.AR], [True])
+    request, engine = _Counting(REFERENCE.request), _Counting(REFERENCE.engine)
+    lc.table, lc.engine_table = request, engine
+    lc.handle(ev.Submit(0))
+    lc.handle(ev.Scheduled(0, 0))
+    lc.handle(ev.Control(1, ControlMethod.PAUSE_SCHEDULER))
+    assert (request.calls, engine.calls) == (2, 1)
+
+    class Empty:
+        def select(self, subject: Any, event: Any, engine: Any) -> None:
+            return None
+
+    lc.table = Empty()
+    with pytest.raises(errors.LifecycleError):
+        lc.handle(ev.Submit(5))
+
+
 @SEQUENCE_SETTINGS
 @given(shape=st.sampled_from(SHAPES), capacity=st.integers(1, 2), data=st.data())
 def test_lifecycle_observes_the_same_with_the_reference_tables(
     shape: tuple[tuple[StageKind, ...], tuple[bool, ...]], capacity: int, data: st.DataObject
 ) -> None:
     fast, slow = Lifecycle(*shape, capacity), Lifecycle(*shape, capacity)
-    slow.table, slow.engine_table = REFERENCE.request, REFERENCE.engine  # type: ignore[assignment]
+    slow.table, slow.engine_table = REFERENCE.request, REFERENCE.engine
     for step in range(data.draw(st.integers(1, 40), "length")):
         event = data.draw(core_events(fast), f"event {step}")
         assert handle(slow, event) == handle(fast, event), (step, event)

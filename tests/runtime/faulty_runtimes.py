@@ -111,10 +111,14 @@ class DiesAtOnce(_Wrapper):
 
 
 class SpeaksAfterDeath(_Wrapper):
-    """Reports its death, then goes on reporting."""
+    """Reports its death once, at its first step, then goes on reporting as if alive."""
+
+    died = False
 
     def step(self):
-        self.sink(rp.ReplicaDied())
+        if not self.died:
+            self.died = True
+            self.sink(rp.ReplicaDied())
         return self.inner.step()
 
 

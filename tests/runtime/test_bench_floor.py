@@ -47,7 +47,10 @@ def core_messages() -> Counter[str]:
         while todo:
             c = todo.pop()
             seen[type(c).__name__] += 1
+            if isinstance(c, cmd.Deliver):
+                assert isinstance(c.message, cmd.ClientMessage)
             if isinstance(c, cmd.Dispatch):
+                assert c.stage_input is not None
                 payload = None if c.stage == 2 else (7,)
                 reports = (rp.StatusChanged(rid, 0, rp.Status.SCHEDULED), rp.Output(rid, 1, 1, payload),
                            rp.Finished(rid, 2))  # fmt: skip
@@ -80,3 +83,6 @@ def test_the_floor_passes_the_messages_the_core_passes(monkeypatch: pytest.Monke
             continue
         assert core[name] == count, (name, core[name], count)
     assert sum(core.values()) == sum(v for k, v in floor.items() if k not in ("StageInput", "ClientMessage"))
+    # the core's commands carry one stage input per dispatch, one client message per delivery: so do the floor's
+    carried = (floor["StageInput"], floor["ClientMessage"])
+    assert carried == (core["Dispatch"], core["Deliver"]) == (3 * REQUESTS, REQUESTS)
