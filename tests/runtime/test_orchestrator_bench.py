@@ -1,4 +1,5 @@
-"""The benchmark's floor passes exactly the messages the real core passes for the same instant requests.
+"""The benchmark's floor passes exactly the messages the real core passes for the same instant requests;
+the benchmark stops with the reason when vLLM-Omni cannot be driven.
 
 ``bench/_floor.py`` is what ``bench/orchestrator.py`` compares the core with; the comparison is
 fair only if the floor makes the same events, observations and commands per request.
@@ -7,6 +8,7 @@ fair only if the floor makes the same events, observations and commands per requ
 from __future__ import annotations
 
 import importlib.util
+import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
@@ -86,3 +88,13 @@ def test_the_floor_passes_the_messages_the_core_passes(monkeypatch: pytest.Monke
     # the core's commands carry one stage input per dispatch, one client message per delivery: so do the floor's
     carried = (floor["StageInput"], floor["ClientMessage"])
     assert carried == (core["Dispatch"], core["Deliver"]) == (3 * REQUESTS, REQUESTS)
+
+
+def test_the_bench_says_why_when_vllm_omni_cannot_be_driven() -> None:
+    """``--vllm-omni`` with a Python that lacks vLLM-Omni stops at once with the reason, printing no figures."""
+    bench = FLOOR.with_name("orchestrator.py")
+    done = subprocess.run([sys.executable, str(bench), "--vllm-omni", sys.executable], capture_output=True, text=True,
+                          timeout=120, check=False)  # fmt: skip
+    assert done.returncode != 0
+    assert "vllm_omni_loop.py failed" in done.stderr and "cannot import vLLM-Omni" in done.stderr, done.stderr
+    assert "orchestrator:" not in done.stdout
