@@ -182,13 +182,13 @@ class AsyncEngine:
                 finished = message.finished
                 yield message
         finally:
-            if not finished and rid in self.host.orchestrator.routes and not self.host.orchestrator_stopped:
+            if not finished:
                 self.host.listeners.pop(rid, None)
-                self.abort_nowait(rid)
+                self.host.cancel(rid)
 
     def abort_nowait(self, rid: int) -> int:
         """Ask to abort ``rid`` now, not waiting for the answer (which is not kept); return the call id."""
-        return self.host.abort(rid, keep_answer=False)
+        return self.host.abort_nowait(rid)
 
     async def abort(self, rid: int) -> bool:
         """Abort ``rid``; return whether it took effect (``False``: the physical abort failed)."""

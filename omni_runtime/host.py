@@ -49,7 +49,6 @@ class Host:
         self.stop_runtimes: Callable[[], None] = self.shutdown_runtimes
         self.pending: deque[cmd.Command] = deque()
         self._executing = False
-        self.lost: set[tuple[int, int]] = set()  #: runtimes that raised in ``step``: never stepped again
         #: (request id, exception) of each listener that raised: its request was aborted, nothing else
         self.listener_errors: list[tuple[int, Exception]] = []
         self._sinks = [[self._sink(stage, replica) for replica in range(len(r))] for stage, r in enumerate(runtimes)]
@@ -78,13 +77,23 @@ class Host:
         self.execute(out)
         return rid
 
-    def abort(self, rid: int, keep_answer: bool = True) -> int:
-        """Ask to abort ``rid``; return the abort call id (its answer lands in ``abort_answers`` if kept)."""
+    def abort(self, rid: int) -> int:
+        """Ask to abort ``rid``; return the abort call id (its answer lands in ``abort_answers``)."""
         call, out = self.orchestrator.abort(rid)
-        if not keep_answer:
-            self._unclaimed.add(call)
         self.execute(out)
         return call
+
+    def abort_nowait(self, rid: int) -> int:
+        """Ask to abort ``rid``; nobody waits for the answer (it is dropped when it comes); return the call id."""
+        call, out = self.orchestrator.abort(rid)
+        self._unclaimed.add(call)
+        self.execute(out)
+        return call
+
+    def cancel(self, rid: int) -> None:
+        """The consumer of ``rid`` stopped before its terminal: abort it if it still runs (the answer is dropped)."""
+        if rid in self.orchestrator.routes and not self.orchestrator_stopped:
+            self.abort_nowait(rid)
 
     def control(self, method: ControlMethod, level: int = 1, tags: frozenset[str] = frozenset()) -> int:
         """Call a control RPC; return its call id (its answer lands in ``rpc_answers``)."""
@@ -96,7 +105,7 @@ class Host:
         """The engine cannot go on (its loop failed): every open request ends as fatal."""
         if not self.orchestrator_stopped:
             self.pending.clear()
-            self.execute(self.orchestrator.report(0, 0, rp.EngineDead()))
+            self.execute(self.orchestrator.engine_died())
 
     def shutdown(self) -> None:
         """Shut the orchestrator down (every open request gets its terminal), then the runtimes."""
@@ -105,20 +114,12 @@ class Host:
 
     # -- reports ------------------------------------------------------------------------------
 
-    def take(self, stage: int, replica: int) -> bool:
-        """Hand the oldest buffered report of one runtime to the orchestrator; return whether there was one."""
-        buffer = self.buffers[stage][replica]
-        if not buffer or self.orchestrator_stopped:
-            return False
-        self.execute(self.orchestrator.report(stage, replica, buffer.popleft()))
-        return True
-
     def drain(self) -> bool:
         """Hand every buffered report to the orchestrator, polling stages in order; return whether any."""
         moved, report = False, self.orchestrator.report
         for stage, replicas in enumerate(self.buffers):
             for replica, buffer in enumerate(replicas):
-                while buffer and not self.orchestrator_stopped:  # ``take``, without a call per report
+                while buffer and not self.orchestrator_stopped:
                     self.execute(report(stage, replica, buffer.popleft()))
                     moved = True
         return moved
@@ -132,13 +133,15 @@ class Host:
         return busy
 
     def step(self, stage: int, replica: int) -> bool:
-        """Step one runtime; return whether it has work left. One that raises is lost (``ReplicaDied``)."""
-        if (stage, replica) in self.lost:
+        """Step one runtime; return whether it has work left. One that raises is lost (``ReplicaDied``).
+
+        A lost replica is never stepped again: its ``ReplicaDied`` is taken before any runtime steps again.
+        """
+        if not self.orchestrator.live[stage][replica]:
             return False
         try:
             return self.runtimes[stage][replica].step()
         except Exception as exc:  # outside code: the replica is gone, its requests fail, nothing hangs
-            self.lost.add((stage, replica))
             self.history.append(f"runtime {stage}/{replica} raised in step: {type(exc).__name__}: {exc}")
             self._sinks[stage][replica](rp.ReplicaDied())
             return False
@@ -208,8 +211,8 @@ class Host:
             except Exception as exc:  # the consumer broke: like one that stopped early, its request is aborted
                 self.listener_errors.append((message.rid, exc))
                 self.listeners.pop(message.rid, None)
-                if not message.finished and message.rid in self.orchestrator.routes:
-                    self.abort(message.rid, keep_answer=False)
+                if not message.finished:
+                    self.cancel(message.rid)
         else:
             box = self.mailboxes.get(message.rid)
             if box is not None:

@@ -36,7 +36,7 @@ _STATUS_EVENTS: dict[rp.Status, type[ev.StageEvent]] = {
 class _Route:
     """Routing data of one tracked request (client, child or companion)."""
 
-    __slots__ = ("abort_id", "companion", "companions", "error", "held", "next_seq", "parent", "prompt", "replica",
+    __slots__ = ("companion", "companions", "error", "held", "next_seq", "parent", "prompt", "replica",
                  "result", "stage")  # fmt: skip
 
     def __init__(self, prompt: Prompt, parent: int = -1, companion: bool = False) -> None:
@@ -50,7 +50,6 @@ class _Route:
         self.result: Any = None  #: accumulated output at the current stage
         self.companions: tuple[Any, ...] = ()  #: results of finished CFG companions
         self.error: str | None = None
-        self.abort_id = -1  #: the physical abort in flight for this request (-1: none)
 
 
 class Stats:
@@ -87,12 +86,12 @@ class Orchestrator:
         self.routes: dict[int, _Route] = {}
         self.live: list[list[bool]] = [[True] * s.replicas for s in pipeline.stages]
         self._rr = [0] * len(pipeline.stages)
-        self._kinds, self._final = pipeline.kinds, pipeline.final  # properties: computed once here
         self._inputs = [INPUT_ADAPTERS[s.adapter] for s in pipeline.stages]
         self._outputs = [OUTPUT_ADAPTERS[s.kind] for s in pipeline.stages]
         self._next_rid = 0
         self._next_call = 0
-        self._aborts: dict[int, tuple[int, int, set[int]]] = {}  #: abort id -> (stage, replica, ids unanswered)
+        #: request id -> (abort id, stage, replica) of its physical abort in flight (the table sends one at a time)
+        self._aborts: dict[int, tuple[int, int, int]] = {}
         self._abort_callers: dict[int, list[int]] = {}  #: rid -> abort call ids waiting
         self._rpcs: dict[int, _Rpc] = {}
         self._payload: Any = None  #: the payload of the output being handled (for partials)
@@ -142,6 +141,10 @@ class Orchestrator:
         except LifecycleError as exc:
             raise self._refusal(exc) from None
 
+    def engine_died(self) -> Commands:
+        """The engine cannot go on (its host's loop failed): every open request ends as fatal."""
+        return self._feed(ev.EngineDied())
+
     def shutdown(self) -> Commands:
         """Shut down: every open request gets its terminal, then the orchestrator, then the runtimes stop."""
         return self._feed(ev.Shutdown())
@@ -173,23 +176,17 @@ class Orchestrator:
         return self._in_order(rid, stage, report, route, kind)  # type: ignore[arg-type]
 
     def _abort_result(self, stage: int, replica: int, report: rp.AbortResult) -> Commands:
-        pending = self._aborts.get(report.abort_id)
-        if pending is None or pending[0] != stage or pending[1] != replica or report.req_id not in pending[2]:
+        if self._aborts.get(report.req_id) != (report.abort_id, stage, replica):
             self.stats.unknown_results += 1
             return []
-        pending[2].discard(report.req_id)
-        if not pending[2]:
-            del self._aborts[report.abort_id]
-        route = self.routes.get(report.req_id)
-        if route is not None and route.abort_id == report.abort_id:
-            route.abort_id = -1
+        del self._aborts[report.req_id]
         return self._feed((ev.AbortDone if report.ok else ev.AbortFailed)(report.req_id, stage))
 
     def _rpc_report(self, stage: int, replica: int, report: rp.RpcResult) -> Commands:
         return self._rpc_result(report.call_id, (stage, replica), report.error if not report.ok else None)
 
     def _engine_dead(self, stage: int, replica: int, report: rp.EngineDead) -> Commands:
-        return self._feed(ev.EngineDied())
+        return self.engine_died()
 
     def _request_report(self, stage: int, replica: int, report: rp.RequestReport, kind: type | None = None) -> Commands:
         if kind is None:
@@ -267,13 +264,11 @@ class Orchestrator:
             route.error = error
             return self._feed(ev.StageFailed(command.rid, command.stage))
         if isinstance(command, cmd.AbortAt):
-            pending = self._aborts.pop(command.abort_id, None)
             out: Commands = []
-            for rid in sorted(pending[2]) if pending is not None else ():
-                route = self.routes.get(rid)
-                if route is not None and route.abort_id == command.abort_id:
-                    route.abort_id = -1
-                out += self._feed(ev.AbortFailed(rid, command.stage))
+            for rid in sorted(command.req_ids):
+                if self._aborts.get(rid) == (command.abort_id, command.stage, command.replica):
+                    del self._aborts[rid]
+                    out += self._feed(ev.AbortFailed(rid, command.stage))
             return out
         if isinstance(command, cmd.RpcCall):
             return self._rpc_result(command.call_id, (command.stage, command.replica), error)
@@ -283,7 +278,7 @@ class Orchestrator:
         if not self.live[stage][replica]:
             return []
         self.live[stage][replica] = False
-        self._aborts = {k: v for k, v in self._aborts.items() if v[:2] != (stage, replica)}
+        self._aborts = {rid: v for rid, v in self._aborts.items() if v[1:] != (stage, replica)}
         out: Commands = []
         if not any(self.live[stage]):  # no live replica left: the engine is dead
             out += self._feed(ev.EngineDied())
@@ -321,19 +316,9 @@ class Orchestrator:
             if not rids:
                 continue
             abort_id = self._call_id()
-            self._aborts[abort_id] = (stage, replica, set(rids))
             for rid in rids:
-                self.routes[rid].abort_id = abort_id
+                self._aborts[rid] = (abort_id, stage, replica)
             out.append(cmd.AbortAt(stage, replica, abort_id, tuple(rids)))
-
-    def _on_emitted(self, o: ob.Emitted, out: Commands) -> None:
-        out.append(cmd.Deliver(self._message(o)))
-
-    def _on_released(self, o: ob.Released, out: Commands) -> None:
-        self._release(o.rid, out)
-
-    def _on_submitted(self, o: ob.Submitted, out: Commands) -> None:
-        self._submitted(o)
 
     def _on_abort_sent(self, o: ob.AbortSent, out: Commands) -> None:
         route = self.routes[o.rid]
@@ -354,9 +339,6 @@ class Orchestrator:
             if route is not None and route.stage == event.stage:  # not acted on: undo the buffer
                 route.result = self._keep
 
-    def _on_rpc_sent(self, o: ob.RpcSent, out: Commands) -> None:
-        out += self._send_rpc(o)
-
     def _on_rpc_answered(self, o: ob.RpcAnswered, out: Commands) -> None:
         self._rpcs.pop(o.call_id, None)
         out.append(cmd.RpcAnswer(o.call_id, o.method, o.ok, o.error))
@@ -371,7 +353,7 @@ class Orchestrator:
     def _on_runtimes_stopped(self, o: ob.RuntimesStopped, out: Commands) -> None:
         out.append(cmd.StopRuntimes())
 
-    def _submitted(self, o: ob.Submitted) -> None:
+    def _on_submitted(self, o: ob.Submitted, out: Commands) -> None:
         if o.role is Role.CLIENT:
             return
         parent = self.routes[o.parent].prompt
@@ -408,7 +390,7 @@ class Orchestrator:
                 return replica
         raise EngineNotRunning(f"stage {stage} has no live replica")
 
-    def _message(self, o: ob.Emitted) -> cmd.ClientMessage:
+    def _on_emitted(self, o: ob.Emitted, out: Commands) -> None:
         source = self.routes.get(dependent_id(o.rid, o.sample) if o.sample >= 0 else o.rid)
         adapter = self._outputs[o.stage]
         data: Any = None
@@ -420,32 +402,29 @@ class Orchestrator:
             data = adapter.result(source.result)
         elif o.outcome in (Outcome.FAILED, Outcome.FATAL):
             error = (source.error if source is not None else None) or o.reason
-        return cmd.ClientMessage(o.rid, o.stage, data, o.finished, o.stage_final, o.outcome, o.reason, o.sample,
-                                 o.cumulative, error)  # fmt: skip
+        out.append(cmd.Deliver(cmd.ClientMessage(o.rid, o.stage, data, o.finished, o.stage_final, o.outcome, o.reason,
+                                                 o.sample, o.cumulative, error)))  # fmt: skip
 
     def _answer_abort(self, rid: int, ok: bool, out: Commands) -> None:
         for call in self._abort_callers.pop(rid, ()):
             out.append(cmd.AbortAnswer(call, rid, ok))
 
-    def _release(self, rid: int, out: Commands) -> None:
+    def _on_released(self, o: ob.Released, out: Commands) -> None:
+        rid = o.rid
         route = self.routes.pop(rid, None)
-        if route is not None and route.abort_id >= 0:  # ended with its physical abort unanswered: forget it
-            pending = self._aborts.get(route.abort_id)
-            if pending is not None:
-                pending[2].discard(rid)
-                if not pending[2]:
-                    del self._aborts[route.abort_id]
+        self._aborts.pop(rid, None)  # ended with its physical abort unanswered: forget it
         if route is not None and route.parent >= 0:
             parent = self.routes.get(route.parent)
             if parent is not None and route.companion:
                 parent.companions = (*parent.companions, route.result)
-        self._answer_abort(rid, True, out)  # ended some other way while an abort was pending
+        if self._abort_callers:
+            self._answer_abort(rid, True, out)  # ended some other way while an abort was pending
 
-    def _send_rpc(self, o: ob.RpcSent) -> Commands:
+    def _on_rpc_sent(self, o: ob.RpcSent, out: Commands) -> None:
         _, level, tags = self.lifecycle.engine.pending_rpcs[o.call_id]
         targets = [(s, r) for s, live in enumerate(self.live) for r, up in enumerate(live) if up]
         self._rpcs[o.call_id] = _Rpc(set(targets))
-        return [cmd.RpcCall(o.call_id, s, r, o.method, level, tags) for s, r in targets]
+        out += [cmd.RpcCall(o.call_id, s, r, o.method, level, tags) for s, r in targets]
 
     # -- queries --------------------------------------------------------------------------------
 

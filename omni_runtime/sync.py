@@ -56,8 +56,8 @@ class Engine:
                 if message.finished:
                     return
         finally:
-            if not (box and box[-1].finished) and rid in self.host.orchestrator.routes:
-                self.host.abort(rid, keep_answer=False)  # the consumer stopped early: abort its request
+            if not (box and box[-1].finished):
+                self.host.cancel(rid)  # the consumer stopped early: abort its request
             self.host.mailboxes.pop(rid, None)
 
     def generate(self, prompt: Prompt | None = None, n: int = 1, companions: int = 0) -> list[ClientMessage]:
@@ -80,7 +80,7 @@ class Engine:
 
     def abort_nowait(self, rid: int) -> int:
         """Ask to abort ``rid`` without pumping (safe from a listener); return the call id (answer not kept)."""
-        return self.host.abort(rid, keep_answer=False)
+        return self.host.abort_nowait(rid)
 
     def run_until_idle(self) -> None:
         """Pump until no runtime has work and no report is buffered."""

@@ -56,12 +56,18 @@ def _on_submitted(m: Monitor, o: ob.Submitted) -> None:
         parent.open_children += 1
 
 
+def _working_view(m: Monitor, rid: int, what: str, stage: int) -> View | None:
+    """Return the view of ``rid`` given work at ``stage`` (``None``: never seen); work after its terminal fails."""
+    view = m._view(rid)
+    if view is not None and view.over:
+        m._fail(NO_WORK_AFTER_TERMINAL, rid, f"{what} {stage} after its terminal")
+    return view
+
+
 def _on_dispatched(m: Monitor, o: ob.Dispatched) -> None:
-    view = m._view(o.rid)
+    view = _working_view(m, o.rid, "dispatched to stage", o.stage)
     if view is None:
         return
-    if view.over:
-        m._fail(NO_WORK_AFTER_TERMINAL, o.rid, f"dispatched to stage {o.stage} after its terminal")
     if o.stage > 0 and view.forwarded_to != o.stage:
         m._fail(THROUGH_ADAPTER, o.rid, f"reached stage {o.stage} without a forward through its adapter")
     if o.stage == 0 and m.engine in (EngineState.PAUSED, EngineState.SLEEPING):
@@ -72,11 +78,9 @@ def _on_dispatched(m: Monitor, o: ob.Dispatched) -> None:
 
 
 def _on_forwarded(m: Monitor, o: ob.Forwarded) -> None:
-    view = m._view(o.rid)
+    view = _working_view(m, o.rid, "forwarded to stage", o.dst)
     if view is None:
         return
-    if view.over:
-        m._fail(NO_WORK_AFTER_TERMINAL, o.rid, f"forwarded to stage {o.dst} after its terminal")
     if view.finished_at != o.src:
         m._fail(ROUTE_AFTER_FINISH, o.rid, f"forwarded from stage {o.src} before that stage finished it")
     if o.dst != o.src + 1 or o.dst >= len(m.kinds):
@@ -170,11 +174,9 @@ def _on_abort_answered(m: Monitor, o: ob.AbortAnswered) -> None:
 
 
 def _on_slot_taken(m: Monitor, o: ob.SlotTaken) -> None:
-    view = m._view(o.rid)
+    view = _working_view(m, o.rid, "scheduled again at stage", o.stage)
     if view is None:
         return
-    if view.over:
-        m._fail(NO_WORK_AFTER_TERMINAL, o.rid, "scheduled again after its terminal")
     if view.slot >= 0 or o.stage != view.stage:
         m._fail(SLOTS, o.rid, f"took a slot at stage {o.stage} (holds {view.slot}, dispatched to {view.stage})")
     m.slots[o.stage] += 1

@@ -100,7 +100,7 @@ def test_a_step_that_raises_loses_the_replica_and_fails_its_requests():
     ends = {rid: list(engine.outputs(rid))[-1] for rid in rids}
     assert all(m.finished for m in ends.values())
     assert {m.outcome for m in ends.values()} >= {Outcome.FAILED}  # those bound to the lost replica
-    assert (0, 0) in engine.host.lost
+    assert not engine.host.orchestrator.live[0][0]
     assert engine.generate(Prompt((9,)))[-1].outcome is Outcome.FINISHED  # the other replica serves on
     drained(engine, monitor)
 
