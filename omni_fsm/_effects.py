@@ -117,7 +117,6 @@ def _set(**fields: Callable[[Record, Any, ReqState], Any]) -> Fx:
     return effect
 
 
-
 #: request effect -> what it does
 EFFECTS: dict[Effect, Fx] = {
     Effect.DISPATCH: lambda lc, rec, e, s, out: out.append(ob.Dispatched(rec.rid, rec.stage)),

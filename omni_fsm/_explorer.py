@@ -89,7 +89,8 @@ class Explorer:
         self._fid: dict[Any, int] = {}
         self._local: dict[tuple[int, int], list[tuple[Step, int, int, tuple[Any, ...], bool]]] = {}
         self._engine_by_family: dict[tuple[int, int], list[tuple[Any, int, tuple[Any, ...]] | None]] = {}
-        self._engine_alone: dict[tuple[int, Step], tuple[int, tuple[Any, ...]] | None] = {}
+        #: per global state, per engine step enabled there: (next global state, violations), or None (refused)
+        self._engine_alone: dict[int, list[tuple[int, tuple[Any, ...]] | None]] = {}
         self._abstract_of: dict[int, int] = {}
         self._aid: dict[Any, int] = {}
         self._applied: dict[tuple[int, Any], int] = {}
@@ -230,8 +231,7 @@ class Explorer:
         got = self._engine_by_family.get(akey)
         if got is None:
             got = []
-            for step in self._engine_events(gid):
-                base = self._engine_base(gid, step)
+            for step, base in zip(self._engine_events(gid), self._engine_bases(gid), strict=True):
                 run = self._run(gid, ((0, fid),), step)
                 if run is None or base is None:
                     got.append(None)
@@ -242,20 +242,20 @@ class Explorer:
             self._engine_by_family[akey] = got
         return got
 
-    def _engine_base(self, gid: int, step: Step) -> tuple[int, tuple[Any, ...]] | None:
-        key = (gid, step)
-        if key not in self._engine_alone:
-            run = self._run(gid, (), step)
-            self._engine_alone[key] = None if run is None else (run[0], run[2])
-        return self._engine_alone[key]
+    def _engine_bases(self, gid: int) -> list[tuple[int, tuple[Any, ...]] | None]:
+        """Return, per engine step enabled at ``gid`` (in ``_engine_events`` order), its effect with no family."""
+        bases = self._engine_alone.get(gid)
+        if bases is None:
+            runs = [self._run(gid, (), step) for step in self._engine_events(gid)]
+            bases = self._engine_alone[gid] = [None if run is None else (run[0], run[2]) for run in runs]
+        return bases
 
     def engine_successors(self, state: tuple[int, ...]) -> list[tuple[Step, tuple[int, ...], tuple[Any, ...]]]:
         """Return (engine step, next state, violations) for every engine-wide step enabled in ``state``."""
         gid = state[0]
         per_family = [self.engine_local(gid, fid) for fid in state[1:]]
         out: list[tuple[Step, tuple[int, ...], tuple[Any, ...]]] = []
-        for k, step in enumerate(self._engine_events(gid)):
-            base = self._engine_base(gid, step)
+        for k, (step, base) in enumerate(zip(self._engine_events(gid), self._engine_bases(gid), strict=True)):
             if base is None:
                 continue
             new_gid, violations = base[0], list(base[1])

@@ -8,7 +8,7 @@ forward, emit, abort at a stage, answer an RPC, stop).
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from functools import lru_cache
 from typing import Any, Protocol
 
@@ -101,7 +101,8 @@ class Lifecycle:
     def table(self, table: Table) -> None:
         self._table = table
         # ``_fire`` looks selectors up inline: ``event type -> state -> select(r, e, g)``
-        self._index: Any = table.index if isinstance(table, CompiledTable) else _EveryCase(table)
+        self._index: Any = table.index if isinstance(table, CompiledTable) else {
+            kind: dict.fromkeys(ReqState, table.select) for kind in ev.REQUEST_EVENTS}  # every case asks ``select``
 
     # -- queries -------------------------------------------------------------------------
 
@@ -212,7 +213,7 @@ class Lifecycle:
         if free is None:  # slots follow the state the abort interrupted (or restores)
             holds = self._holds(rec.state, rec.resume)
             moved = rec.stage != held_stage
-            free, take = held and (moved or not holds), holds and (moved or not held)
+            free, take = _slot_moves(held, holds, moved)
         if free:
             self.engine.slots_used[held_stage] -= 1
             out.append(ob.SlotFreed(rec.rid, held_stage))
@@ -289,36 +290,10 @@ class Table(Protocol):
     def select(self, subject: Any, event: Any, engine: Engine) -> Row | None: ...
 
 
-class _AskTable:
-    """``state -> selector`` over a table that is not compiled: every state gets its ``select``."""
-
-    __slots__ = ("select",)
-
-    def __init__(self, table: Table) -> None:
-        self.select = table.select
-
-    def get(self, state: object) -> Callable[[Any, Any, Engine], Row | None]:
-        return self.select
-
-
-class _EveryCase:
-    """``event type -> state -> selector`` (``_fire``'s inline index) over a table that is not compiled."""
-
-    __slots__ = ("_by_state",)
-
-    def __init__(self, table: Table) -> None:
-        self._by_state = _AskTable(table)
-
-    def get(self, event_type: type) -> _AskTable:
-        return self._by_state
-
-
 @lru_cache(maxsize=32)
 def _compiled(rows: tuple[Row, ...]) -> CompiledTable:
     """Return the compiled table of ``rows`` (made once per table: generating selectors takes milliseconds)."""
     return CompiledTable(rows)
-
-
 
 
 def _plan(row: Row, holds_slot: frozenset[ReqState]) -> tuple[tuple[Fx, ...], bool, bool | None, bool | None]:
@@ -332,7 +307,12 @@ def _plan(row: Row, holds_slot: frozenset[ReqState]) -> tuple[tuple[Fx, ...], bo
     if ReqState.ABORTING in (row.source, row.target):
         return effects, row.target in TERMINAL, None, None
     held, holds, moved = row.source in holds_slot, row.target in holds_slot, Effect.FORWARD in row.effects
-    return effects, row.target in TERMINAL, held and (moved or not holds), holds and (moved or not held)
+    return (effects, row.target in TERMINAL, *_slot_moves(held, holds, moved))
+
+
+def _slot_moves(held: bool, holds: bool, moved: bool) -> tuple[bool, bool]:
+    """Return whether a move frees the slot it held and takes one (a move to another stage does both)."""
+    return held and (moved or not holds), holds and (moved or not held)
 
 
 def _effect_functions(effects: tuple[Effect, ...], where: object) -> tuple[Fx, ...]:
