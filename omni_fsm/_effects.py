@@ -15,8 +15,7 @@ from omni_fsm import observations as ob
 from omni_fsm._guards import fold_outcome
 from omni_fsm._record import Record
 from omni_fsm._table import PARENTS, Effect
-from omni_fsm._vocab import BOUND, STOP_REASON, TERMINAL_OUTCOME, Outcome, ReqState, Role, StageKind
-from omni_fsm.errors import InternalError
+from omni_fsm._vocab import STOP_REASON, TERMINAL_OUTCOME, Outcome, ReqState, Role, StageKind
 
 if TYPE_CHECKING:
     from omni_fsm.core import Lifecycle
@@ -90,14 +89,13 @@ def _notify_parent(lc: Lifecycle, rec: Record, event: Any, source: ReqState, out
         lc._queue.append(ev.CompanionEnded(rec.parent, ok))
 
 
-def _follow_interrupted(lc: Lifecycle, rec: Record, event: Any, source: ReqState, out: Out) -> None:
-    """While aborting, the scheduler may still move the request: track it on the interrupted state."""
-    proxy = Record(rec.rid, rec.resume or ReqState.WAITING, rec.role, rec.parent, rec.stage, rec.last_stage)
-    proxy.tokens = rec.tokens
-    row = lc.table.select(proxy, event, lc.engine)
-    if row is None or row.target not in BOUND:
-        raise InternalError(f"no bound move of the interrupted {rec.resume!r} on {event!r}")
-    rec.resume = row.target
+def follow_interrupted(target: ReqState) -> Fx:
+    """Return ``FOLLOW_INTERRUPTED`` for a row whose ``resume_to`` is ``target``: while aborting, the
+    scheduler may still move the request, and the interrupted state moves as the table says."""
+    def effect(lc: Lifecycle, rec: Record, event: Any, source: ReqState, out: Out) -> None:
+        rec.resume = target
+
+    return effect
 
 
 def _release(lc: Lifecycle, rec: Record, event: Any, source: ReqState, out: Out) -> None:
@@ -132,7 +130,6 @@ EFFECTS: dict[Effect, Fx] = {
     Effect.NOTE_COMPANION_LOST: _set(worst=lambda r, e, s: ReqState.FINISHED_ERROR),
     Effect.ACK_ABORT: lambda lc, rec, e, s, out: out.append(ob.AbortRequested(rec.rid)),
     Effect.REMEMBER_RESUME: _set(resume=lambda r, e, s: s),
-    Effect.FOLLOW_INTERRUPTED: _follow_interrupted,
     Effect.SEND_ABORT: _send_abort,
     Effect.COMMIT_ABORT: _commit_abort,
     Effect.ANSWER_ABORT_FAILED: _answer_abort_failed,

@@ -79,6 +79,8 @@ class Row:
     when: tuple[str, ...] = ()
     unless: tuple[str, ...] = ()
     effects: tuple[Effect, ...] = ()
+    #: ``FOLLOW_INTERRUPTED``: the state the interrupted one moves to (the target of the row it follows)
+    resume_to: enum.Enum | None = None
 
     def label(self) -> str:
         """Return ``Event [guards]`` as drawn on the diagrams."""
@@ -218,8 +220,8 @@ def _follow_interrupted(rows: list[Row]) -> list[Row]:
     state still bound to the stage) moves it while ``ABORTING`` too; any other is illegal.
     """
     reports = {ev.Scheduled, ev.Preempted, ev.InputReady, *(e for e, _ in _PARK_BEFORE_RUNNING + _PARK_WHILE_RUNNING)}
-    return [Row(S.ABORTING, r.event, S.ABORTING, (resumes(r.source), *r.when), r.unless, (D.FOLLOW_INTERRUPTED,))
-            for r in rows if r.event in reports and r.source in ABORTABLE_BOUND and r.target in BOUND]
+    return [Row(S.ABORTING, r.event, S.ABORTING, (resumes(r.source), *r.when), r.unless, (D.FOLLOW_INTERRUPTED,),
+                r.target) for r in rows if r.event in reports and r.source in ABORTABLE_BOUND and r.target in BOUND]
 
 
 _LIVE_ENGINE = (E.RUNNING, E.PAUSED, E.SLEEPING)

@@ -17,10 +17,11 @@ from omni_fsm import observations as ob
 from omni_fsm._compiled import CompiledTable
 from omni_fsm._effects import EFFECTS as _EFFECTS
 from omni_fsm._effects import ENGINE_EFFECTS as _ENGINE_EFFECTS
-from omni_fsm._effects import Fx, Out
+from omni_fsm._effects import Fx, Out, follow_interrupted
 from omni_fsm._record import Engine, Record
 from omni_fsm._table import MISS_POLICY, SPEC, STAGE_LIVE, Effect, Miss, Row, Spec
 from omni_fsm._vocab import (
+    BOUND,
     TERMINAL,
     ReqState,
     Role,
@@ -303,7 +304,7 @@ def _plan(row: Row, holds_slot: frozenset[ReqState]) -> tuple[tuple[Fx, ...], bo
     ``None``, decided when it fires. Only ``FORWARD`` moves a request to another stage, so
     whether a row moves it is known here.
     """
-    effects = _effect_functions(row.effects, row)
+    effects = _effect_functions(row.effects, row, row.resume_to)
     if ReqState.ABORTING in (row.source, row.target):
         return effects, row.target in TERMINAL, None, None
     held, holds, moved = row.source in holds_slot, row.target in holds_slot, Effect.FORWARD in row.effects
@@ -315,9 +316,12 @@ def _slot_moves(held: bool, holds: bool, moved: bool) -> tuple[bool, bool]:
     return held and (moved or not holds), holds and (moved or not held)
 
 
-def _effect_functions(effects: tuple[Effect, ...], where: object) -> tuple[Fx, ...]:
-    """Return the functions of request-level ``effects``; an engine effect on a request row is a table bug."""
-    unknown = [e for e in effects if e not in _EFFECTS]
+def _effect_functions(effects: tuple[Effect, ...], where: object, resume_to: Any = None) -> tuple[Fx, ...]:
+    """Return the functions of request-level ``effects``; an engine effect on a request row is a table bug,
+    and so is ``FOLLOW_INTERRUPTED`` without a ``resume_to`` still bound to the stage."""
+    unknown = [e for e in effects if e not in _EFFECTS and e is not Effect.FOLLOW_INTERRUPTED]
     if unknown:
         raise ConfigError(f"{where!r}: {', '.join(e.name for e in unknown)} has no meaning for a request")
-    return tuple(_EFFECTS[e] for e in effects)
+    if Effect.FOLLOW_INTERRUPTED in effects and resume_to not in BOUND:
+        raise ConfigError(f"{where!r}: FOLLOW_INTERRUPTED must say a bound state to move to, not {resume_to!r}")
+    return tuple(follow_interrupted(resume_to) if e is Effect.FOLLOW_INTERRUPTED else _EFFECTS[e] for e in effects)

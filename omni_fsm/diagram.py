@@ -11,7 +11,7 @@ import argparse
 import enum
 from typing import Any, Literal
 
-from omni_fsm._table import MISS_POLICY, SPEC, Row, Spec
+from omni_fsm._table import MISS_POLICY, SPEC, Effect, Row, Spec
 from omni_fsm._vocab import BOUND, ENGINE_TERMINAL, HOLDS_SLOT, LIVE, PARKED, TERMINAL, EngineState, ReqState
 from omni_fsm.errors import ConfigError
 
@@ -69,7 +69,8 @@ def _names(states: frozenset[Any]) -> str:
 
 
 def _effects(row: Row) -> str:
-    return ", ".join(effect.name for effect in row.effects) or "-"
+    to = f" -> `{row.resume_to.name}`" if row.resume_to is not None else ""  # FOLLOW_INTERRUPTED's move
+    return ", ".join(e.name + (to if e is Effect.FOLLOW_INTERRUPTED else "") for e in row.effects) or "-"
 
 
 def _row_table(rows: tuple[Row, ...]) -> list[str]:

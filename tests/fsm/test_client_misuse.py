@@ -75,6 +75,15 @@ def test_an_engine_effect_on_a_request_row_is_refused_when_built():
         Lifecycle((AR,), (True,), spec=attrs.evolve(SPEC, rows=(row, *SPEC.rows[1:])))
 
 
+@pytest.mark.parametrize("resume_to", [None, ReqState.FINISHED_ABORTED], ids=["none", "not-bound"])
+def test_following_an_interrupted_state_must_say_a_bound_state_when_built(resume_to):
+    """The table says where the interrupted state moves; a row that does not, or moves it off the stage, is refused."""
+    at = next(i for i, r in enumerate(SPEC.rows) if Effect.FOLLOW_INTERRUPTED in r.effects)
+    rows = (*SPEC.rows[:at], attrs.evolve(SPEC.rows[at], resume_to=resume_to), *SPEC.rows[at + 1 :])
+    with pytest.raises(ConfigError, match="FOLLOW_INTERRUPTED must say a bound state"):
+        Lifecycle((AR,), (True,), spec=attrs.evolve(SPEC, rows=rows))
+
+
 def test_the_miss_policy_covers_every_event_origin():
     from omni_fsm._table import MISS_POLICY
 
