@@ -13,20 +13,20 @@ import sys
 from collections import Counter
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
 
-from omni_fsm import StageKind
-from omni_runtime import Orchestrator, Prompt, simple_pipeline
+from omni_runtime import Orchestrator
 from omni_runtime import commands as cmd
-from omni_runtime import protocol as rp
 
-FLOOR = Path(__file__).resolve().parents[2] / "bench" / "_floor.py"
+BENCH = Path(__file__).resolve().parents[2] / "bench" / "orchestrator.py"
 REQUESTS = 20
 
 
-def load_floor() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("bench_floor", FLOOR)
+def load_bench() -> ModuleType:
+    """Load ``bench/orchestrator.py`` (it puts ``bench/`` on the path, so its ``_floor`` is importable after)."""
+    spec = importlib.util.spec_from_file_location("orchestrator_bench", BENCH)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
@@ -34,30 +34,34 @@ def load_floor() -> ModuleType:
     return module
 
 
-def core_messages() -> Counter[str]:
-    """Count the core's events, observations and commands over ``REQUESTS`` instant 3-stage requests."""
-    pipeline = simple_pipeline([StageKind.AR, StageKind.AR, StageKind.DIFFUSION])
+def core_messages(bench: ModuleType) -> Counter[str]:
+    """Count the core's events, observations and commands in the bench's own core run of ``REQUESTS`` requests."""
     seen: Counter[str] = Counter()
 
     def hook(event, observations):  # type: ignore[no-untyped-def]
         seen[type(event).__name__] += 1
         seen.update(type(o).__name__ for o in observations)
 
-    orch = Orchestrator(pipeline, on_step=hook)
-    for _ in range(REQUESTS):
-        rid, todo = orch.submit(Prompt())
-        while todo:
-            c = todo.pop()
+    orch = Orchestrator(bench.PIPELINE, on_step=hook)
+    submit, report = orch.submit, orch.report
+
+    def counted(commands: list[cmd.Command]) -> list[cmd.Command]:
+        for c in commands:
             seen[type(c).__name__] += 1
             if isinstance(c, cmd.Deliver):
                 assert isinstance(c.message, cmd.ClientMessage)
             if isinstance(c, cmd.Dispatch):
                 assert c.stage_input is not None
-                payload = None if c.stage == 2 else (7,)
-                reports = (rp.StatusChanged(rid, 0, rp.Status.SCHEDULED), rp.Output(rid, 1, 1, payload),
-                           rp.Finished(rid, 2))  # fmt: skip
-                for r in reports:
-                    todo += orch.report(c.stage, c.replica, r)
+        return commands
+
+    def counted_submit(prompt: Any) -> tuple[int, list[cmd.Command]]:
+        rid, out = submit(prompt)
+        return rid, counted(out)
+
+    orch.submit = counted_submit  # type: ignore[method-assign]  # the bench binds both when its run starts
+    orch.report = lambda stage, replica, r: counted(report(stage, replica, r))  # type: ignore[method-assign]
+    _, hops, lost, duplicated = bench.core_run(REQUESTS, 0.0, orch)
+    assert (hops, lost, duplicated) == (3 * REQUESTS, 0, 0)
     return seen
 
 
@@ -76,7 +80,8 @@ def floor_messages(floor: ModuleType, monkeypatch: pytest.MonkeyPatch) -> Counte
 
 
 def test_the_floor_passes_the_messages_the_core_passes(monkeypatch: pytest.MonkeyPatch) -> None:
-    core, floor = core_messages(), floor_messages(load_floor(), monkeypatch)
+    bench = load_bench()
+    core, floor = core_messages(bench), floor_messages(sys.modules["_floor"], monkeypatch)
     renamed = {"StageOutput": "Output", "StageFinished": "Finished"}  # the core's event names, the floor's
     core = Counter({renamed.get(name, name): count for name, count in core.items()})
     assert sum(floor.values()) > 0
@@ -92,8 +97,7 @@ def test_the_floor_passes_the_messages_the_core_passes(monkeypatch: pytest.Monke
 
 def test_the_bench_says_why_when_vllm_omni_cannot_be_driven() -> None:
     """``--vllm-omni`` with a Python that lacks vLLM-Omni stops at once with the reason, printing no figures."""
-    bench = FLOOR.with_name("orchestrator.py")
-    done = subprocess.run([sys.executable, str(bench), "--vllm-omni", sys.executable], capture_output=True, text=True,
+    done = subprocess.run([sys.executable, str(BENCH), "--vllm-omni", sys.executable], capture_output=True, text=True,
                           timeout=120, check=False)  # fmt: skip
     assert done.returncode != 0
     assert "vllm_omni_loop.py failed" in done.stderr and "cannot import vLLM-Omni" in done.stderr, done.stderr
