@@ -95,8 +95,8 @@ class Orchestrator:
         self._abort_callers: dict[int, list[int]] = {}  #: rid -> abort call ids waiting
         self._rpcs: dict[int, _Rpc] = {}
         self._payload: Any = None  #: the payload of the output being handled (for partials)
-        self._keep: Any = None  #: the result to restore if the lifecycle drops the event being fed
-        self._event: ev.Event | None = None  #: the event being fed (read by the ``Dropped`` handler)
+        #: (rid, route, result before) of the in-order report being fed: restored if the lifecycle drops it
+        self._undo: tuple[int, _Route, Any] | None = None
         self._abort_batch: dict[tuple[int, int], list[int]] | None = None  #: AbortSent of one step, by replica
         self.stopped = False
 
@@ -165,8 +165,10 @@ class Orchestrator:
         """Handle one report of ``replica`` of ``stage`` (the driver stamps both); return commands."""
         kind = _KINDS.get(report.__class__)
         if kind is None:
-            handler = _REPORTS.get(report.__class__) or _report_handler(report.__class__)
-            return handler(self, stage, replica, report)
+            if not isinstance(report, rp.RequestReport):
+                handler = _REPORTS.get(report.__class__) or _report_handler(report.__class__)
+                return handler(self, stage, replica, report)
+            kind = _kind_of(report.__class__)  # a subclass of a protocol report: resolved once
         # the hot path: a per-request report of a protocol class, in order, from its replica
         rid = report.req_id  # type: ignore[attr-defined]
         route = self.routes.get(rid)
@@ -188,9 +190,7 @@ class Orchestrator:
     def _engine_dead(self, stage: int, replica: int, report: rp.EngineDead) -> Commands:
         return self.engine_died()
 
-    def _request_report(self, stage: int, replica: int, report: rp.RequestReport, kind: type | None = None) -> Commands:
-        if kind is None:
-            kind = _kind_of(report.__class__)
+    def _request_report(self, stage: int, replica: int, report: rp.RequestReport, kind: type) -> Commands:
         rid = report.req_id
         route = self.routes.get(rid)
         if route is None or route.stage != stage:  # late: the lifecycle drops it as unknown / stale
@@ -213,14 +213,14 @@ class Orchestrator:
             nxt = route.held.pop(route.next_seq, None)
             if nxt is None:
                 break
-            out += self._in_order(rid, stage, nxt, route, _KINDS.get(nxt.__class__) or _kind_of(nxt.__class__))
+            out += self._in_order(rid, stage, nxt, route, _KINDS[nxt.__class__])
         if route is not None and not route.held:
             route.held = None
         return out
 
     def _in_order(self, rid: int, stage: int, report: rp.RequestReport, route: _Route, kind: type) -> Commands:
         route.next_seq += 1
-        self._keep = route.result
+        self._undo = (rid, route, route.result)
         event = _event_of(rid, stage, report, kind)
         if kind is rp.Output:
             payload = report.payload  # type: ignore[attr-defined]
@@ -232,7 +232,7 @@ class Orchestrator:
             route.error = (report.error if kind is rp.Failed  # type: ignore[attr-defined]
                            else f"runtime reported an unknown status {report.status!r}")  # type: ignore[attr-defined]
         out = self._feed(event)  # a runtime report never raises a LifecycleError: nothing to undo
-        self._payload = self._keep = None
+        self._payload = self._undo = None
         return out
 
     def _rpc_result(self, call_id: int, where: tuple[int, int], error: str | None) -> Commands:
@@ -297,7 +297,6 @@ class Orchestrator:
         outputs = self.lifecycle.handle(event)
         if self.on_step is not None:
             self.on_step(event, outputs)
-        self._event = event
         out: Commands = []
         handlers = _OBSERVATIONS
         for o in outputs:
@@ -333,11 +332,9 @@ class Orchestrator:
         out.append(cmd.CommitAbort(o.rid))
 
     def _on_dropped(self, o: ob.Dropped, out: Commands) -> None:
-        event = self._event
-        if isinstance(event, ev.StageEvent) and o.rid == event.rid:
-            route = self.routes.get(event.rid)
-            if route is not None and route.stage == event.stage:  # not acted on: undo the buffer
-                route.result = self._keep
+        undo = self._undo
+        if undo is not None and o.rid == undo[0]:  # an in-order report not acted on: undo its buffer
+            undo[1].result = undo[2]
 
     def _on_rpc_answered(self, o: ob.RpcAnswered, out: Commands) -> None:
         self._rpcs.pop(o.call_id, None)
@@ -447,10 +444,9 @@ class Orchestrator:
 
 
 _Handler = Callable[[Orchestrator, int, int, Any], Commands]
-#: report class -> handler; a subclass of a protocol report is resolved once through its MRO
+#: report class -> handler, for the reports about no one request (per-request ones go through ``_KINDS``);
+#: a subclass of a protocol report is resolved once through its MRO
 _REPORTS: dict[type, _Handler] = {
-    rp.StatusChanged: Orchestrator._request_report, rp.Output: Orchestrator._request_report,
-    rp.Finished: Orchestrator._request_report, rp.Failed: Orchestrator._request_report,
     rp.AbortResult: Orchestrator._abort_result, rp.RpcResult: Orchestrator._rpc_report,
     rp.ReplicaDied: lambda self, stage, replica, report: self._replica_died(stage, replica),
     rp.EngineDead: Orchestrator._engine_dead,
