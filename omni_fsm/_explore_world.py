@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from omni_fsm import events as ev
-from omni_fsm._record import ENGINE_FIELDS, RECORD_FIELDS, Record, field_index
+from omni_fsm._record import ENGINE_FIELDS, RECORD_FIELDS, Record
 from omni_fsm._table import STAGE_LIVE
 from omni_fsm._vocab import LIVE, ControlMethod, ReqState, StageKind, StopKind
 from omni_fsm.core import fanout
@@ -82,8 +82,8 @@ class Bound:
 
 
 # -- the steps enabled in a state ------------------------------------------------------------------
-_REC_STATE, _REC_STAGE, _REC_TOKENS = (field_index(RECORD_FIELDS, f) for f in ("state", "stage", "tokens"))
-_ENG_RPCS = field_index(ENGINE_FIELDS, "pending_rpcs")
+_REC_STATE, _REC_STAGE, _REC_TOKENS = (RECORD_FIELDS.index(f) for f in ("state", "stage", "tokens"))
+_ENG_RPCS = ENGINE_FIELDS.index("pending_rpcs")
 
 
 def family_events(bound: Bound, stop_kinds: tuple[StopKind, ...], eng: tuple[Any, ...], family: Family,

@@ -33,7 +33,7 @@ from omni_fsm._explore_world import (
     family_events,
     is_progress,
 )
-from omni_fsm._record import ENGINE_FIELDS, RECORD_FIELDS, field_index
+from omni_fsm._record import ENGINE_FIELDS, RECORD_FIELDS
 from omni_fsm._table import SPEC, Spec
 from omni_fsm._vocab import StopKind
 from omni_fsm.core import Lifecycle
@@ -42,19 +42,14 @@ from omni_fsm.invariants import Monitor
 from omni_fsm.invariants._monitor import VIEW_FIELDS
 
 # -- the family codec: absolute rids <-> family-relative offsets ---------------------------------
-_REC_PARENT = field_index(RECORD_FIELDS, "parent")
-_ENG_SLOTS = field_index(ENGINE_FIELDS, "slots_used")
-_VIEW_PARENT, _VIEW_CHILDREN = field_index(VIEW_FIELDS, "parent"), field_index(VIEW_FIELDS, "children")
+_REC_PARENT = RECORD_FIELDS.index("parent")
+_ENG_SLOTS = ENGINE_FIELDS.index("slots_used")
+_VIEW_PARENT, _VIEW_CHILDREN = VIEW_FIELDS.index("parent"), VIEW_FIELDS.index("children")
 
 
-def _rel_rec(snap: tuple[Any, ...], base: int) -> tuple[Any, ...]:
+def _shift_rec(snap: tuple[Any, ...], delta: int) -> tuple[Any, ...]:
     parent = snap[_REC_PARENT]
-    return snap if parent < 0 else (*snap[:_REC_PARENT], parent - base, *snap[_REC_PARENT + 1 :])
-
-
-def _abs_rec(snap: tuple[Any, ...], base: int) -> tuple[Any, ...]:
-    parent = snap[_REC_PARENT]
-    return snap if parent < 0 else (*snap[:_REC_PARENT], parent + base, *snap[_REC_PARENT + 1 :])
+    return snap if parent < 0 else (*snap[:_REC_PARENT], parent + delta, *snap[_REC_PARENT + 1 :])
 
 
 def _shift_view(snap: tuple[Any, ...], delta: int) -> tuple[Any, ...]:
@@ -132,14 +127,14 @@ class Explorer:
         for i, fid in fams:
             frecs, fviews = self.families[fid]
             base = i * block
-            recs.extend((base + off, _abs_rec(s, base)) for off, s in frecs)
+            recs.extend((base + off, _shift_rec(s, base)) for off, s in frecs)
             views.extend((base + off, _shift_view(v, base)) for off, v in fviews)
         self.lc.restore((eng, tuple(recs)))
         self.mon.restore((*mg, tuple(views)))
 
     def _save(self, i: int) -> int:
         base, block = i * self.bound.block, self.bound.block
-        recs = tuple((rid - base, _rel_rec(r.snapshot(), base)) for rid, r in sorted(self.lc.records.items())
+        recs = tuple((rid - base, _shift_rec(r.snapshot(), -base)) for rid, r in sorted(self.lc.records.items())
                      if base <= rid < base + block)
         views = tuple((rid - base, _shift_view(v.snapshot(), -base)) for rid, v in sorted(self.mon.views.items())
                       if base <= rid < base + block)

@@ -8,17 +8,6 @@ import attrs
 
 from omni_fsm._vocab import ControlMethod, EngineState, ReqState, Role, StageKind
 
-#: The order of ``Record.snapshot()``'s fields (the explorer reads snapshots by these names).
-RECORD_FIELDS = ("state", "role", "parent", "stage", "last_stage", "fanout", "children_left", "companions_left",
-                 "tokens", "resume", "worst", "sample")  # fmt: skip
-#: The order of ``Engine.snapshot()``'s fields.
-ENGINE_FIELDS = ("state", "slots_used", "sleep_level", "sleep_tags", "pending_rpcs")
-
-
-def field_index(fields: tuple[str, ...], name: str) -> int:
-    """Return the position of ``name`` in a snapshot whose fields are ``fields``."""
-    return fields.index(name)
-
 
 @attrs.define(slots=True, eq=False, weakref_slot=False)
 class Record:
@@ -77,3 +66,9 @@ class Engine:
         self.state, slots, self.sleep_level, self.sleep_tags, rpcs = snap
         self.slots_used = list(slots)
         self.pending_rpcs = dict(rpcs)
+
+
+#: The order of ``Record.snapshot()``'s fields (the explorer reads snapshots by these names): all but ``rid``.
+RECORD_FIELDS = tuple(f.name for f in attrs.fields(Record) if f.name != "rid")
+#: The order of ``Engine.snapshot()``'s fields: the mutable ones.
+ENGINE_FIELDS = tuple(f.name for f in attrs.fields(Engine) if f.name not in ("kinds", "final", "capacity"))

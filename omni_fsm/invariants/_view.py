@@ -9,12 +9,6 @@ import attrs
 from omni_fsm._vocab import Role
 from omni_fsm.invariants import upstream as up
 
-#: The order of ``View.snapshot()``'s fields (the explorer reads snapshots by these names).
-VIEW_FIELDS = ("role", "parent", "children", "open_children", "companions", "companions_done", "stage",
-               "forwarded_to", "finished_at", "generated", "status", "last_emit_stage", "sample_stages",
-               "terminals", "abort_requested", "abort_sent", "abort_ok", "committed", "slot", "released",
-               "while_sleeping")  # fmt: skip
-
 
 @attrs.define(slots=True)
 class View:
@@ -59,3 +53,7 @@ class View:
         keep = (self.role, self.parent, self.terminals)
         self.__init__()  # type: ignore[misc]
         self.role, self.parent, self.terminals, self.released = (*keep, True)
+
+
+#: The order of ``View.snapshot()``'s fields (the explorer reads snapshots by these names).
+VIEW_FIELDS = tuple(f.name for f in attrs.fields(View))
