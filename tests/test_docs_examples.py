@@ -1,4 +1,4 @@
-"""The README's Python examples run as written."""
+"""The documents' Python examples run as written (from the repository root)."""
 
 from __future__ import annotations
 
@@ -8,14 +8,23 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-BLOCKS = re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(encoding="utf-8"), re.S)
+#: document -> the fewest Python examples it must show
+DOCS = {"README.md": 2, "docs/orchestrator.md": 1}
 
 
-@pytest.mark.parametrize("code", BLOCKS, ids=[f"readme-block-{i}" for i in range(len(BLOCKS))])
-def test_readme_example_runs(code: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def _blocks(doc: str) -> list[str]:
+    return re.findall(r"```python\n(.*?)```", (ROOT / doc).read_text(encoding="utf-8"), re.S)
+
+
+EXAMPLES = [pytest.param(doc, code, id=f"{doc}-block-{i}") for doc in DOCS for i, code in enumerate(_blocks(doc))]
+
+
+@pytest.mark.parametrize(("doc", "code"), EXAMPLES)
+def test_doc_example_runs(doc: str, code: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(ROOT)
-    exec(compile(code, "README.md", "exec"), {})
+    exec(compile(code, doc, "exec"), {})
 
 
-def test_readme_has_examples() -> None:
-    assert len(BLOCKS) >= 2
+@pytest.mark.parametrize(("doc", "fewest"), DOCS.items())
+def test_doc_has_examples(doc: str, fewest: int) -> None:
+    assert len(_blocks(doc)) >= fewest

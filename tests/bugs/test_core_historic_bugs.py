@@ -1,16 +1,18 @@
 """Historic bugs switched into our own lifecycle table: the monitor catches each, naming the invariant.
 
-Each test builds a faulty ``Spec`` with ``attrs.evolve`` and drives it with a fixed event sequence.
+Each test takes the bug's faulty ``Spec`` (or effect) from ``tests/fsm/faults.py``, the one
+definition of each re-injected bug, and drives it with a fixed event sequence.
 """
 
 from __future__ import annotations
 
-import attrs
+import pytest
 
-from omni_fsm import SPEC, ControlMethod, Effect, ReqState, StageKind, StopKind
+from omni_fsm import SPEC, ControlMethod, StageKind, StopKind
 from omni_fsm import events as ev
 from omni_fsm.core import Lifecycle
 from omni_fsm.invariants import Monitor
+from tests.fsm import faults
 
 AR = StageKind.AR
 
@@ -23,69 +25,62 @@ def _violated(spec, events, kinds=(AR,), final=(True,), capacity=4) -> set[str]:
     return {v.invariant for v in monitor.violations}
 
 
-def _without(rows, source, event, effect):
-    return tuple(attrs.evolve(r, effects=tuple(e for e in r.effects if e is not effect))
-                 if r.source is source and r.event is event else r for r in rows)  # fmt: skip
-
-
 def test_b1_b2_parent_abort_not_reaching_children():
-    """B1/B2 (vllm#14326, #51629): the parent's abort does not reach its n>1 children."""
-    faulty = attrs.evolve(SPEC, rows=_without(SPEC.rows, ReqState.AWAITING_CHILDREN, ev.Abort, Effect.ABORT_CHILDREN))
+    """B1/B2 (vllm#14326, #51629): the parent's abort does not reach its n>1 children / its record outlives them."""
     events = [ev.Submit(0, n=2), ev.Abort(0)]
-    assert "ORCH-INV-203" in _violated(faulty, events)
-    assert _violated(SPEC, [*events, ev.AbortDone(1, 0), ev.AbortDone(2, 0)]) == set()
+    assert "ORCH-INV-203" in _violated(faults.b1_parent_abort_misses_children(), events)
+    both_ended = [*events, ev.AbortDone(1, 0), ev.AbortDone(2, 0)]
+    assert "ORCH-INV-203" in _violated(faults.b2_last_child_keeps_parent(), both_ended)
+    assert _violated(SPEC, both_ended) == set()
 
 
 def test_b7_b12_terminal_without_cleanup():
     """B7/B12 (vllm-omni#3312, #5373): a terminal path keeps the request's state."""
-    faulty = attrs.evolve(SPEC, on_terminal=tuple(e for e in SPEC.on_terminal if e is not Effect.RELEASE))
     events = [ev.Submit(0), ev.Scheduled(0, 0), ev.StageFinished(0, 0)]
-    assert "ORCH-INV-208" in _violated(faulty, events)
+    assert "ORCH-INV-208" in _violated(faults.b7_terminal_keeps_state(), events)
     assert _violated(SPEC, events) == set()
 
 
-def test_b13_ignored_prompt_without_terminal():
-    """B13 (vllm#19536): a prompt-too-long finish with no tokens never reaches the client."""
-    faulty = attrs.evolve(SPEC, on_terminal=tuple(e for e in SPEC.on_terminal if e is not Effect.EMIT_TERMINAL))
+def test_b13_ignored_prompt_without_terminal(monkeypatch: pytest.MonkeyPatch):
+    """B13 (vllm#19536): a prompt-too-long finish with no tokens never reaches the client.
+
+    Only the empty terminal is skipped: a request that generated tokens still ends cleanly.
+    """
     events = [ev.Submit(0), ev.StageFinished(0, 0, StopKind.IGNORED)]
-    assert "ORCH-INV-101" in _violated(faulty, events)
+    with_tokens = [ev.Submit(0), ev.Scheduled(0, 0), ev.StageOutput(0, 0, 3), ev.StageFinished(0, 0)]
     assert _violated(SPEC, events) == set()
+    faults.b13_empty_terminal_skipped(monkeypatch)
+    assert "ORCH-INV-101" in _violated(SPEC, events)
+    assert _violated(SPEC, with_tokens) == set()
 
 
 def test_b11_rpc_worker_error_ends_every_request():
     """B11 (vllm-omni#7685): a worker error in pause_scheduler takes the engine down."""
-    rows = tuple(attrs.evolve(r, target=r.source.__class__.DEAD, effects=(*r.effects, Effect.FAIL_ALL_OPEN))
-                 if r.event is ev.RpcFailed else r for r in SPEC.engine_rows)  # fmt: skip
     events = [ev.Submit(0), ev.Control(1, ControlMethod.PAUSE_SCHEDULER), ev.RpcFailed(1, "Boom")]
-    assert "ORCH-INV-205" in _violated(attrs.evolve(SPEC, engine_rows=rows), events)
+    assert "ORCH-INV-205" in _violated(faults.b11_rpc_worker_error_kills_the_engine(), events)
     assert _violated(SPEC, [*events, ev.Scheduled(0, 0), ev.StageFinished(0, 0)]) == set()
 
 
 def test_b9_engine_death_leaves_requests_hanging():
     """B9 (vllm-omni#322): a fatal engine failure does not end the in-flight requests."""
-    rows = tuple(attrs.evolve(r, effects=tuple(e for e in r.effects if e is not Effect.FAIL_ALL_OPEN))
-                 if r.event is ev.EngineDied else r for r in SPEC.engine_rows)  # fmt: skip
     events = [ev.Submit(0), ev.Scheduled(0, 0), ev.EngineDied()]
-    assert "ORCH-INV-210" in _violated(attrs.evolve(SPEC, engine_rows=rows), events)
+    assert "ORCH-INV-210" in _violated(faults.b9_engine_death_leaves_requests_open(), events)
     assert _violated(SPEC, events) == set()
 
 
 def test_b5_abort_from_a_waiting_substate_never_lands():
-    """B5 (vllm-omni#2848): abort of a request waiting for a chunk never reaches the scheduler.
+    """B5 (vllm-omni#2848): abort of a request waiting for a chunk leaves it there: it is scheduled again.
 
-    The stage's abort result then commits an abort that was never sent to it (ORCH-INV-202).
+    The request resumes when its chunk arrives and streams output after its abort (ORCH-INV-209).
     """
-    faulty = attrs.evolve(SPEC, rows=_without(SPEC.rows, ReqState.WAITING_FOR_CHUNK, ev.Abort, Effect.SEND_ABORT))
-    events = [ev.Submit(0), ev.Scheduled(0, 0), ev.AwaitChunk(0, 0), ev.Abort(0), ev.AbortDone(0, 0)]
-    assert "ORCH-INV-202" in _violated(faulty, events)
-    assert _violated(SPEC, events) == set()
+    events = [ev.Submit(0), ev.Scheduled(0, 0), ev.AwaitChunk(0, 0), ev.Abort(0),
+              ev.InputReady(0, 0), ev.Scheduled(0, 0), ev.StageOutput(0, 0, 1)]  # fmt: skip
+    assert "ORCH-INV-209" in _violated(faults.b5_abort_misses_chunk_wait(), events)
+    assert _violated(SPEC, [*events, ev.AbortDone(0, 0)]) == set()
 
 
 def test_b8_commit_before_physical_abort():
     """B8 (vllm-omni#6367): abort state committed (and the terminal sent) before the engine aborted."""
-    early = (Effect.ACK_ABORT, Effect.SEND_ABORT, Effect.COMMIT_ABORT)
-    rows = tuple(attrs.evolve(r, target=ReqState.FINISHED_ABORTED, effects=early)
-                 if r.source is ReqState.RUNNING and r.event is ev.Abort else r for r in SPEC.rows)  # fmt: skip
     events = [ev.Submit(0), ev.Scheduled(0, 0), ev.StageOutput(0, 0, 3), ev.Abort(0)]
-    assert "ORCH-INV-202" in _violated(attrs.evolve(SPEC, rows=rows), events)
+    assert "ORCH-INV-202" in _violated(faults.b8_commit_before_physical_abort(), events)
     assert _violated(SPEC, [*events, ev.AbortDone(0, 0)]) == set()

@@ -9,16 +9,19 @@ import pytest
 from faulty_runtimes import DoubleFinish, OutputAfterAbort
 from helpers import demo_pipeline, monitor_for
 
-from omni_fsm import Outcome, StageKind
+from omni_fsm import SPEC, Outcome, StageKind
+from omni_fsm import observations as ob
 from omni_runtime import Engine, Orchestrator, Prompt, simple_pipeline
+from omni_runtime import orchestrator as orchestrator_module
 from omni_runtime import protocol as rp
 from omni_runtime.sim import SimConfig, sim_runtimes
 from omni_runtime.testing import ConformanceError, check_runtime
+from tests.fsm import faults
 
 
-def _engine(pipeline, runtimes):
+def _engine(pipeline, runtimes, spec=SPEC):
     monitor = monitor_for(pipeline)
-    return Engine(pipeline, runtimes, on_step=monitor.step), monitor
+    return Engine(pipeline, runtimes, spec=spec, on_step=monitor.step), monitor
 
 
 def _wrapped(pipeline, cls):
@@ -99,17 +102,33 @@ def test_b10_duplicate_completion_is_tolerated_and_flagged():
         check_runtime(DoubleFinish, shrink=False)
 
 
-def test_b4_parked_requests_never_deadlock_admission():
-    """B4 (vllm#53130): parked requests hold slots; every admitted request still reaches a terminal."""
-    pipeline = simple_pipeline([StageKind.AR, StageKind.AR], replicas=1, max_running=1)
-    engine, monitor = _engine(pipeline, sim_runtimes(pipeline, 4, SimConfig(park=1.0, chunk_wait=1.0, preempt=1.0)))
+def _check_b4_every_request_finishes(spec, capacity):
+    """Run six requests that all park (``capacity`` lifecycle slots per stage, 0: derived); assert each finishes."""
+    pipeline = attrs.evolve(simple_pipeline([StageKind.AR, StageKind.AR], replicas=1, max_running=1),
+                            capacity=capacity)  # fmt: skip
+    engine, monitor = _engine(pipeline, sim_runtimes(pipeline, 4, SimConfig(park=1.0, chunk_wait=1.0, preempt=1.0)),
+                              spec)  # fmt: skip
     results = [engine.generate(Prompt(max_tokens=4)) for _ in range(6)]
-    assert all(ms[-1].outcome is Outcome.FINISHED for ms in results)
+    outcomes = [ms[-1].outcome for ms in results]
+    assert outcomes == [Outcome.FINISHED] * 6, f"B4: a parked request did not finish: {outcomes}"
     assert monitor.finish() == [] and monitor.violations == []
 
 
-def test_b8_ar_abort_delivers_the_generated_prefix():
-    """B8 (vllm-omni#6367): an AR abort at a final-output stage carries the prefix the client already saw.
+@pytest.mark.parametrize("capacity", [0, 1], ids=["derived-capacity", "capacity-1"])
+def test_b4_parked_requests_never_deadlock_admission(capacity):
+    """B4 (vllm#53130): parked requests hold slots; every admitted request still reaches a terminal."""
+    _check_b4_every_request_finishes(SPEC, capacity)
+
+
+def test_b4_check_catches_a_parked_request_needing_a_second_slot():
+    """B4 switched in (``faults.b4_parked_needs_a_second_slot``): with the one slot its own, no parked request
+    can resume; the runtime's next report for it is illegal, so it fails instead of finishing."""
+    with pytest.raises(AssertionError, match="B4: a parked request did not finish"):
+        _check_b4_every_request_finishes(faults.b4_parked_needs_a_second_slot(), capacity=1)
+
+
+def _check_b8_abort_carries_the_prefix():
+    """Abort request 0 after its second message; assert its terminal carries the prefix the client saw.
 
     Seed 1 makes request 0 generate 8 tokens in 5 streamed messages; the abort lands after the
     second one (4 tokens), so it certainly cuts the request short.
@@ -129,5 +148,24 @@ def test_b8_ar_abort_delivers_the_generated_prefix():
     assert [m.finished for m in seen] == [False, False, True]
     assert seen[-1].outcome is Outcome.ABORTED
     assert streamed == tuple(t for m in full[:2] for t in m.data) and len(streamed) < len(full[-1].data)
-    assert seen[-1].data == streamed and seen[-1].cumulative == len(streamed)
+    assert seen[-1].data == streamed and seen[-1].cumulative == len(streamed), "B8: the abort lost the prefix"
     assert monitor.finish() == [] and monitor.violations == []
+
+
+def test_b8_ar_abort_delivers_the_generated_prefix():
+    """B8 (vllm-omni#6367): an AR abort at a final-output stage carries the prefix the client already saw."""
+    _check_b8_abort_carries_the_prefix()
+
+
+def test_b8_check_catches_an_abort_without_its_prefix(monkeypatch: pytest.MonkeyPatch):
+    """B8 switched in: the orchestrator renders no data for an aborted terminal, and the check says so."""
+    real = orchestrator_module._OBSERVATIONS[ob.Emitted]
+
+    def prefix_dropped(orch, o, out):
+        real(orch, o, out)
+        if o.finished and o.outcome is Outcome.ABORTED:  # as if the `o.cumulative` clause were missing
+            out[-1] = attrs.evolve(out[-1], message=attrs.evolve(out[-1].message, data=None))
+
+    monkeypatch.setitem(orchestrator_module._OBSERVATIONS, ob.Emitted, prefix_dropped)
+    with pytest.raises(AssertionError, match="B8: the abort lost the prefix"):
+        _check_b8_abort_carries_the_prefix()

@@ -19,10 +19,10 @@ from omni_fsm.core import Lifecycle
 from omni_fsm.explore import write_counterexample
 
 from . import faults
+from .faults import B4_BOUND, SMALL
 
 AR, DIFF = StageKind.AR, StageKind.DIFFUSION
 ALL = frozenset(FAMILIES)
-SMALL = frozenset({"submit", "schedule", "output", "finish", "abort"})
 
 
 def found(report: Any) -> set[str]:
@@ -68,8 +68,7 @@ def test_default_bound_is_the_documented_one() -> None:
 CAUGHT = [
     ("B1", faults.b1_parent_abort_misses_children, Bound(requests=1, n=2, families=SMALL), "ORCH-INV-203"),
     ("B2", faults.b2_last_child_keeps_parent, Bound(requests=1, n=2, families=SMALL), "ORCH-INV-203"),
-    ("B4", faults.b4_parked_needs_a_second_slot, Bound(requests=1, stages=1, capacity=1,
-                                                        families=SMALL | {"park"}), "LIVENESS"),
+    ("B4", faults.b4_parked_needs_a_second_slot, B4_BOUND, "LIVENESS"),
     ("B5", faults.b5_abort_misses_chunk_wait, Bound(requests=1, stages=1, families=SMALL | {"park", "abort_race"}),
      "ORCH-INV-209"),
     ("B6", faults.b6_zombie_after_abort, Bound(requests=1, stages=1, families=SMALL), "ORCH-INV-100"),
@@ -141,16 +140,7 @@ def test_explorer_catches_late_reports_acted_on_b3(monkeypatch: pytest.MonkeyPat
 @pytest.mark.covers("ORCH-INV-101", "ORCH-INV-103")
 def test_explorer_catches_a_silent_empty_terminal_b13(monkeypatch: pytest.MonkeyPatch) -> None:
     """vllm#19536: a prompt too long ends as ignored, but the empty final message is skipped."""
-    from omni_fsm import core
-    from omni_fsm._table import Effect
-
-    real = core._EFFECTS[Effect.EMIT_TERMINAL]
-
-    def skip_empty(lc: Any, rec: Any, event: Any, source: Any, out: Any) -> None:
-        if rec.tokens:
-            real(lc, rec, event, source, out)
-
-    monkeypatch.setitem(core._EFFECTS, Effect.EMIT_TERMINAL, skip_empty)
+    faults.b13_empty_terminal_skipped(monkeypatch)
     report = explore(Bound(requests=1, stages=1, families=SMALL))
     assert "ORCH-INV-101" in found(report)
 

@@ -4,7 +4,6 @@ counterexample is rejected by ``omni-fsm check`` through the end-of-history rule
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Callable
 from pathlib import Path
 
@@ -18,9 +17,8 @@ from omni_fsm.errors import InternalError
 from omni_fsm.explore import replay, write_counterexample
 
 from . import faults
+from .faults import B4_BOUND
 
-SMALL = frozenset({"submit", "schedule", "output", "finish", "abort"})
-B4_BOUND = Bound(requests=1, stages=1, capacity=1, families=SMALL | {"park"})
 #: Not a path the core can take: the second submit of a tracked id is refused.
 UNREPLAYABLE = Counterexample("ORCH-INV-100", "made up", (ev.Submit(1), ev.Scheduled(1, 0), ev.Submit(1)))
 
@@ -90,10 +88,10 @@ def test_main_writes_a_complete_counterexample_that_check_reads(tmp_path: Path, 
                                                                monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
     cx = Counterexample("ORCH-INV-100", "made up", (ev.Submit(1), ev.Scheduled(1, 0)))
     monkeypatch.setattr(explore_cli, "explore", _found(cx))
-    args = argparse.Namespace(requests=1, stages=1, final_stages=1, kinds="", n=1, companions=0, capacity=1,
-                              max_tokens=1, families="submit", without="", symmetry=False, no_liveness=True,
-                              out=tmp_path)  # fmt: skip
-    assert explore_cli.main(args) == 1
+    code = cli_main(["explore", "--requests", "1", "--stages", "1", "--final-stages", "1", "--n", "1",
+                     "--companions", "0", "--capacity", "1", "--max-tokens", "1", "--families", "submit",
+                     "--no-liveness", "--out", str(tmp_path)])  # fmt: skip
+    assert code == 1
     path = tmp_path / "counterexample-ORCH-INV-100.trace.jsonl"
     assert f"trace written: {path}" in capsys.readouterr().out
     assert path.read_text().splitlines()[-1] == '{"end":true}'

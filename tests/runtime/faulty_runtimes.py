@@ -12,11 +12,21 @@ from omni_runtime.sim import SimConfig, sim_replica
 
 
 class _Wrapper:
-    """Forwards everything to a simulated replica; subclasses bend one behaviour."""
+    """Forwards everything to a simulated replica (``around``: to a given runtime); subclasses bend one behaviour."""
 
     def __init__(self, spec, stage, replica, rpc_fails, config=None, seed=3):
         base = config or attrs.evolve(SimConfig.legal(0.2), rpc_error=1.0 if rpc_fails else 0.0)
-        self.inner = sim_replica(spec, stage, replica, seed, base)
+        self._wrap(sim_replica(spec, stage, replica, seed, base))
+
+    @classmethod
+    def around(cls, inner):
+        """Return this wrapper around ``inner``, an existing runtime, instead of a simulator of its own."""
+        wrapper = cls.__new__(cls)
+        wrapper._wrap(inner)
+        return wrapper
+
+    def _wrap(self, inner) -> None:
+        self.inner = inner
         self.sink = None
 
     def bind(self, sink):
@@ -120,6 +130,40 @@ class SpeaksAfterDeath(_Wrapper):
             self.died = True
             self.sink(rp.ReplicaDied())
         return self.inner.step()
+
+
+class Raising(_Wrapper):
+    """A runtime that raises instead of reporting (not a kit factory: made with ``around``)."""
+
+    calls: dict[str, int]
+
+    @classmethod
+    def around(cls, inner, **calls: int):
+        """Return ``inner`` wrapped: the first ``calls[name]`` calls of ``name`` raise ``RuntimeError``."""
+        wrapper = super().around(inner)
+        wrapper.calls = calls
+        return wrapper
+
+    def _maybe_raise(self, name: str) -> None:
+        if self.calls.get(name, 0) > 0:
+            self.calls[name] -= 1
+            raise RuntimeError(f"{name} broke")
+
+    def add_request(self, req_id, stage_input):
+        self._maybe_raise("add_request")
+        super().add_request(req_id, stage_input)
+
+    def abort_requests(self, abort_id, req_ids):
+        self._maybe_raise("abort_requests")
+        super().abort_requests(abort_id, req_ids)
+
+    def control(self, call_id, method, level, tags):
+        self._maybe_raise("control")
+        super().control(call_id, method, level, tags)
+
+    def step(self):
+        self._maybe_raise("step")
+        return super().step()
 
 
 FAULTY = {

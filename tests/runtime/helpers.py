@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 
 from omni_fsm import Outcome, StageKind
 from omni_fsm.invariants import Monitor
-from omni_runtime import ClientMessage, Engine, Pipeline, Prompt, simple_pipeline
+from omni_runtime import AsyncEngine, ClientMessage, Engine, Orchestrator, Pipeline, Prompt, simple_pipeline
 from omni_runtime.sim import SimConfig, sim_runtimes
 
 
@@ -19,6 +20,18 @@ def demo_pipeline(replicas: int = 2) -> Pipeline:
 def monitor_for(pipeline: Pipeline) -> Monitor:
     """Return a monitor for ``pipeline`` (pass ``monitor.step`` as ``on_step``)."""
     return Monitor(pipeline.kinds, pipeline.final, pipeline.slots)
+
+
+def monitored_engine(pipeline: Pipeline, runtimes) -> tuple[Engine, Monitor]:
+    """Return a sync engine over ``runtimes`` and the monitor that judges every step it takes."""
+    monitor = monitor_for(pipeline)
+    return Engine(pipeline, runtimes, on_step=monitor.step), monitor
+
+
+def assert_drained(orchestrator: Orchestrator) -> None:
+    """Nothing is held: every count in ``orchestrator.held_state()`` is zero."""
+    held = orchestrator.held_state()
+    assert held == dict.fromkeys(held, 0), held
 
 
 def run_sync(pipeline: Pipeline, specs: Sequence[tuple[int, int, int]], seed: int, config: SimConfig,
@@ -35,8 +48,48 @@ def run_sync(pipeline: Pipeline, specs: Sequence[tuple[int, int, int]], seed: in
                 engine.abort(rid)
     engine.run_until_idle()
     engine.shutdown()
-    assert engine.orchestrator.held_state() == dict.fromkeys(engine.orchestrator.held_state(), 0)
+    assert_drained(engine.orchestrator)
     return seen
+
+
+def run_loop(loop: str, specs, seed: int, engine_class=AsyncEngine):
+    """Run the workload on ``loop``; return the client messages per request and the observed history."""
+    pipeline = demo_pipeline()
+    monitor = monitor_for(pipeline)
+    history: list = []
+
+    def on_step(event, observations) -> None:
+        history.append((event, list(observations)))
+        monitor.step(event, observations)
+
+    async def main() -> dict[int, list]:
+        engine = engine_class(pipeline, sim_runtimes(pipeline, seed, SimConfig.legal(0.2)), loop=loop,
+                              on_step=on_step)  # fmt: skip
+        await engine.start()
+        seen: dict[int, list] = {}
+        done = asyncio.Event()
+
+        def listener_for(abort_at: int):
+            def listener(message) -> None:
+                seen[message.rid].append(message)
+                if len(seen[message.rid]) == abort_at and not message.finished:
+                    engine.abort_nowait(message.rid)  # keyed to the k-th output, synchronously
+                if all(ms and ms[-1].finished for ms in seen.values()) and len(seen) == len(specs):
+                    done.set()
+
+            return listener
+
+        for i, (n, companions, abort_at) in enumerate(specs):
+            rid = engine.host.orchestrator._next_rid
+            seen[rid] = []
+            engine.submit(Prompt((i, 1, 2)), n, companions, listener_for(abort_at))
+        await asyncio.wait_for(done.wait(), 10)
+        await engine.shutdown()
+        return seen
+
+    seen = asyncio.run(main())
+    assert monitor.finish() == [] and monitor.violations == []
+    return seen, history
 
 
 def assert_stage_ordered(messages: Sequence[ClientMessage]) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from helpers import demo_pipeline
+from helpers import assert_drained, demo_pipeline
 
 from omni_fsm import ControlMethod, Outcome, StageKind
 from omni_runtime import AsyncEngine, Engine, EngineNotRunning, OmniRuntimeError, Prompt, simple_pipeline
@@ -18,11 +18,6 @@ from omni_runtime.sim import SimConfig, sim_runtimes
 from omni_runtime.sim.ar import SimAR
 
 LOOPS = ["event", "poll"]
-
-
-def drained(host) -> None:
-    held = host.orchestrator.held_state()
-    assert held == dict.fromkeys(held, 0), held
 
 
 class UnknownStatus(SimAR):
@@ -54,7 +49,7 @@ def test_a_report_outside_the_protocol_fails_its_request_and_the_loop_goes_on(lo
     outcomes = [ms[-1].outcome for ms in results]
     assert Outcome.FAILED in outcomes and Outcome.FINISHED in outcomes  # one replica broke, the other served
     assert all([m.finished for m in ms].count(True) == 1 for ms in results)
-    drained(engine.host)
+    assert_drained(engine.host.orchestrator)
 
 
 @pytest.mark.parametrize("loop", LOOPS)
@@ -77,7 +72,7 @@ def test_a_listener_that_raises_aborts_only_its_request(loop):
     bad, good, engine = asyncio.run(main())
     assert good[-1].outcome is Outcome.FINISHED
     assert [(rid, type(exc)) for rid, exc in engine.host.listener_errors] == [(bad, ValueError)]
-    drained(engine.host)
+    assert_drained(engine.host.orchestrator)
 
 
 def test_the_sync_engine_raises_a_listener_error_and_aborts_that_request():
@@ -95,7 +90,7 @@ def test_the_sync_engine_raises_a_listener_error_and_aborts_that_request():
     engine.run_until_idle()
     assert len(calls) == 1 and rid not in engine.orchestrator.routes  # aborted, and not called again
     engine.shutdown()
-    drained(engine.host)
+    assert_drained(engine.host.orchestrator)
 
 
 @pytest.mark.parametrize("loop", LOOPS)
@@ -170,7 +165,7 @@ def test_no_physical_abort_is_kept_when_its_replica_dies_under_a_companion():
     messages = engine.generate(companions=1)
     assert [m.finished for m in messages].count(True) == 1
     engine.run_until_idle()
-    drained(engine.host)
+    assert_drained(engine.host.orchestrator)
 
 
 class ShutdownRaises(SimAR):

@@ -12,6 +12,8 @@ import time
 import tracemalloc
 from collections import Counter
 
+from helpers import assert_drained
+
 from omni_fsm import StageKind
 from omni_runtime import ClientMessage, Engine, Prompt, simple_pipeline
 from omni_runtime.sim import SimConfig, sim_runtimes
@@ -86,7 +88,7 @@ def test_load_every_request_ends_once_and_nothing_is_kept():
 
     assert submitted == REQUESTS
     assert terminals == (REQUESTS, {1})  # every request, exactly one terminal each
-    assert orch.held_state() == dict.fromkeys(orch.held_state(), 0)
+    assert_drained(orch)
     assert orch.idle() and not orch.lifecycle.records and not orch.routes
     assert not host.listeners and not host.mailboxes and not host.abort_answers and not host._unclaimed
     assert all(not r.requests and not r.busy() for replicas in host.runtimes for r in replicas)

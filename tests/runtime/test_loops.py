@@ -6,57 +6,12 @@ judged by the differential check ``same_client_streams``; each run's own history
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
-from helpers import demo_pipeline, monitor_for
+from helpers import run_loop
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from omni_fsm.invariants import same_client_streams
-from omni_runtime import AsyncEngine, Prompt
-from omni_runtime.sim import SimConfig, sim_runtimes
-
-
-def run_loop(loop: str, specs, seed: int, engine_class=AsyncEngine):
-    """Run the workload on ``loop``; return the client messages per request and the observed history."""
-    pipeline = demo_pipeline()
-    monitor = monitor_for(pipeline)
-    history: list = []
-
-    def on_step(event, observations) -> None:
-        history.append((event, list(observations)))
-        monitor.step(event, observations)
-
-    async def main() -> dict[int, list]:
-        engine = engine_class(pipeline, sim_runtimes(pipeline, seed, SimConfig.legal(0.2)), loop=loop,
-                              on_step=on_step)  # fmt: skip
-        await engine.start()
-        seen: dict[int, list] = {}
-        done = asyncio.Event()
-
-        def listener_for(abort_at: int):
-            def listener(message) -> None:
-                seen[message.rid].append(message)
-                if len(seen[message.rid]) == abort_at and not message.finished:
-                    engine.abort_nowait(message.rid)  # keyed to the k-th output, synchronously
-                if all(ms and ms[-1].finished for ms in seen.values()) and len(seen) == len(specs):
-                    done.set()
-
-            return listener
-
-        for i, (n, companions, abort_at) in enumerate(specs):
-            rid = engine.host.orchestrator._next_rid
-            seen[rid] = []
-            engine.submit(Prompt((i, 1, 2)), n, companions, listener_for(abort_at))
-        await asyncio.wait_for(done.wait(), 10)
-        await engine.shutdown()
-        return seen
-
-    seen = asyncio.run(main())
-    assert monitor.finish() == [] and monitor.violations == []
-    return seen, history
-
 
 # An n>1 request's samples run on different replicas, so their interleaving in the parent's stream
 # is arbitrary (as across replicas in vLLM-Omni): each sample's own stream is compared, unaborted.

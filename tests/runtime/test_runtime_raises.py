@@ -10,60 +10,26 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from helpers import demo_pipeline, monitor_for
+from faulty_runtimes import Raising
+from helpers import assert_drained, demo_pipeline, monitor_for, monitored_engine
 
 from omni_fsm import ControlMethod, Outcome
 from omni_runtime import AsyncEngine, Engine, Prompt, RpcError
 from omni_runtime.sim import sim_runtimes
 
 
-class Raising:
-    """Wraps a simulated replica; ``calls[name]`` says how many calls of ``name`` raise first."""
-
-    def __init__(self, inner, **calls: int) -> None:
-        self.inner, self.calls = inner, calls
-
-    def _maybe_raise(self, name: str) -> None:
-        if self.calls.get(name, 0) > 0:
-            self.calls[name] -= 1
-            raise RuntimeError(f"{name} broke")
-
-    def bind(self, sink):
-        self.inner.bind(sink)
-
-    def add_request(self, req_id, stage_input):
-        self._maybe_raise("add_request")
-        self.inner.add_request(req_id, stage_input)
-
-    def abort_requests(self, abort_id, req_ids):
-        self._maybe_raise("abort_requests")
-        self.inner.abort_requests(abort_id, req_ids)
-
-    def control(self, call_id, method, level, tags):
-        self._maybe_raise("control")
-        self.inner.control(call_id, method, level, tags)
-
-    def step(self):
-        self._maybe_raise("step")
-        return self.inner.step()
-
-    def shutdown(self):
-        self.inner.shutdown()
-
-
 def engine_with(stage: int, replica: int, **calls: int):
     pipeline = demo_pipeline()
     runtimes = sim_runtimes(pipeline, seed=1)
-    runtimes[stage][replica] = Raising(runtimes[stage][replica], **calls)
-    monitor = monitor_for(pipeline)
-    return Engine(pipeline, runtimes, on_step=monitor.step), monitor
+    runtimes[stage][replica] = Raising.around(runtimes[stage][replica], **calls)
+    return monitored_engine(pipeline, runtimes)
 
 
 def drained(engine: Engine, monitor) -> None:
     engine.run_until_idle()
     engine.shutdown()
     assert monitor.finish() == [] and monitor.violations == []
-    assert engine.orchestrator.held_state() == dict.fromkeys(engine.orchestrator.held_state(), 0)
+    assert_drained(engine.orchestrator)
 
 
 def test_a_dispatch_the_runtime_cannot_take_fails_only_that_request():
@@ -109,7 +75,7 @@ def test_a_step_that_raises_loses_the_replica_and_fails_its_requests():
 def test_both_loops_survive_a_step_that_raises(loop):
     pipeline = demo_pipeline()
     runtimes = sim_runtimes(pipeline, seed=1)
-    runtimes[1][0] = Raising(runtimes[1][0], step=1)
+    runtimes[1][0] = Raising.around(runtimes[1][0], step=1)
     monitor = monitor_for(pipeline)
 
     async def main():

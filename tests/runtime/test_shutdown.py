@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from helpers import demo_pipeline, monitor_for
+from helpers import assert_drained, demo_pipeline, monitor_for
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -36,7 +36,7 @@ def test_shutdown_ends_every_open_request_then_stops_in_order(requests, rounds, 
         if rid in open_before:
             assert terminals[0].outcome is Outcome.ABORTED
     _order_ok(engine.host.history)
-    assert engine.orchestrator.held_state() == dict.fromkeys(engine.orchestrator.held_state(), 0)
+    assert_drained(engine.orchestrator)
     assert monitor.finish() == [] and monitor.violations == []
 
 
