@@ -124,7 +124,7 @@ def search(xp: Explorer, symmetry: bool, liveness: bool, progress: Callable[[int
         if progress is not None and sid % 4096 == 0:  # the caller decides how often to show it
             progress(len(states), edges, time.perf_counter() - start)
 
-    def report_counts(liveness_done: int = 0) -> None:  # liveness reports the search's final counts
+    def report_counts() -> None:  # the liveness check reports the search's final counts too
         if progress is not None:
             progress(len(states), edges, time.perf_counter() - start)
 
@@ -169,10 +169,10 @@ def _flat(step: Step) -> tuple[ev.Event, ...]:
 
 def _liveness(count: int, parents: list[tuple[int, int, Step | None]], goals: list[int],
               preds: list[list[int]], bad: set[int], block: int,
-              tick: Callable[[int], None] = lambda done: None) -> Counterexample | None:  # fmt: skip
+              tick: Callable[[], None] = lambda: None) -> Counterexample | None:  # fmt: skip
     """Return a shortest path to a state from which no progress path ends every request.
 
-    ``tick(states done)`` is called every 4,096 states, for progress.
+    ``tick()`` is called every 4,096 states, for progress.
     """
     can_end = bytearray(count)
     frontier = deque(goals)
@@ -182,7 +182,7 @@ def _liveness(count: int, parents: list[tuple[int, int, Step | None]], goals: li
     while frontier:
         done += 1
         if done % 4096 == 0:
-            tick(done)
+            tick()
         for p in preds[frontier.popleft()]:
             if not can_end[p]:
                 can_end[p] = 1

@@ -69,17 +69,17 @@ for _state in TERMINAL:
     GUARD_SOURCES[f"children_fold_to_{_state.name.lower()}"] = _fold
 for _method in ControlMethod:
     GUARD_SOURCES[f"rpc_is_{_method.value}"] = f"_pending_method(e, g) is ControlMethod.{_method.name}"
+#: the Enums the expressions may name (each member is also a plain name: ``ReqState_RUNNING``)
+_ENUMS = (EngineState, StageKind, Role, ReqState, StopKind, ControlMethod)
 #: what the expressions may name
 NAMESPACE: dict[str, Any] = {
-    "EngineState": EngineState, "StageKind": StageKind, "Role": Role, "ReqState": ReqState, "StopKind": StopKind,
-    "ControlMethod": ControlMethod, "fold_outcome": fold_outcome, "_pending_method": _pending_method,
-    "_pending_tags": _pending_tags, "_wakes_all": _wakes_all,
+    "fold_outcome": fold_outcome, "_pending_method": _pending_method, "_pending_tags": _pending_tags,
+    "_wakes_all": _wakes_all,
 }  # fmt: skip
-
-
-_MEMBER = re.compile(r"\b(EngineState|StageKind|Role|ReqState|StopKind|ControlMethod)\.([A-Z_]+)\b")
-for _enum in (EngineState, StageKind, Role, ReqState, StopKind, ControlMethod):
+for _enum in _ENUMS:
+    NAMESPACE[_enum.__name__] = _enum
     NAMESPACE.update({f"{_enum.__name__}_{m.name}": m for m in _enum})
+_MEMBER = re.compile(rf"\b({'|'.join(e.__name__ for e in _ENUMS)})\.([A-Z_]+)\b")
 
 
 def inlined(name: str) -> str:

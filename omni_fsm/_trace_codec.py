@@ -73,10 +73,13 @@ _AT_LEAST_FOR: dict[tuple[type, str], int | None] = {(ob.Dropped, "rid"): -1}  #
 _STAGE_FIELDS = frozenset({"stage", "src", "dst"})
 
 
+#: JSON value type -> how messages name it
+_JSON_NAMES: dict[type, str] = {bool: "a boolean", int: "an integer", float: "a number", str: "a string",
+                                list: "an array", dict: "an object", type(None): "null"}  # fmt: skip
+
+
 def _json_type(value: Any) -> str:
-    names = {bool: "a boolean", int: "an integer", float: "a number", str: "a string", list: "an array",
-             dict: "an object", type(None): "null"}
-    return names.get(type(value), type(value).__name__)
+    return _JSON_NAMES.get(type(value), type(value).__name__)
 
 
 def _expect(kind: type, what: str) -> Decode:
@@ -113,9 +116,8 @@ def _string_set(value: Any) -> frozenset[str]:
 
 def _decoder(tp: Any) -> Decode:
     """Return the decoder of one annotated field type; unknown types fail at import."""
-    simple = {bool: "a boolean", int: "an integer", str: "a string"}
-    if tp in simple:
-        return _expect(tp, simple[tp])
+    if tp in (bool, int, str):
+        return _expect(tp, _JSON_NAMES[tp])
     if isinstance(tp, type) and issubclass(tp, enum.Enum):
         return _enum(tp)
     args = typing.get_args(tp)

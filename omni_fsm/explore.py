@@ -121,7 +121,6 @@ class ProgressLine:
                  clock: Callable[[], float] = time.perf_counter) -> None:  # fmt: skip
         self.stream, self.tty = stream, stream.isatty()
         self.every = every if every is not None else PROGRESS_EVERY_TTY if self.tty else PROGRESS_EVERY
-        self.counts = (0, 0)
         self.phase = "exploring"
         self.shown = False
         self._clock = clock
@@ -129,7 +128,6 @@ class ProgressLine:
 
     def update(self, states: int, edges: int, seconds: float) -> None:
         """Take the explorer's latest counts (its ``progress`` callback); show them if it is time."""
-        self.counts = (states, edges)
         now = self._clock()
         if now - self._last >= self.every:
             self._last = now
