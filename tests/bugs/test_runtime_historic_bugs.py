@@ -7,7 +7,7 @@ from collections import Counter
 import attrs
 import pytest
 from faulty_runtimes import DoubleFinish, OutputAfterAbort
-from helpers import demo_pipeline, monitor_for
+from helpers import demo_pipeline, monitored_engine
 
 from omni_fsm import SPEC, Outcome, StageKind
 from omni_fsm import observations as ob
@@ -17,11 +17,6 @@ from omni_runtime import protocol as rp
 from omni_runtime.sim import SimConfig, sim_runtimes
 from omni_runtime.testing import ConformanceError, check_runtime
 from tests.fsm import faults
-
-
-def _engine(pipeline, runtimes, spec=SPEC):
-    monitor = monitor_for(pipeline)
-    return Engine(pipeline, runtimes, spec=spec, on_step=monitor.step), monitor
 
 
 def _wrapped(pipeline, cls):
@@ -41,7 +36,7 @@ def test_b3_report_for_a_request_that_just_ended_is_dropped():
 def test_b6_zombie_outputs_after_abort_are_dropped_and_flagged():
     """B6 (vllm-omni#3736): outputs of an aborted (freed) request: tolerated here, flagged by the kit."""
     pipeline = demo_pipeline()
-    engine, monitor = _engine(pipeline, _wrapped(pipeline, OutputAfterAbort))
+    engine, monitor = monitored_engine(pipeline, _wrapped(pipeline, OutputAfterAbort))
     rids = [engine.submit(Prompt(max_tokens=8)) for _ in range(3)]
     engine.host.pump()
     for rid in rids:
@@ -83,7 +78,7 @@ def test_b10_duplicate_completion_is_tolerated_and_flagged():
     clean = Engine(pipeline, sim_runtimes(pipeline, B10_SEED, B10_CONFIG))
     expected = [clean.generate(Prompt()) for _ in range(4)]
     runtimes = _wrapped(pipeline, _RecordedDoubleFinish)
-    engine, monitor = _engine(pipeline, runtimes)
+    engine, monitor = monitored_engine(pipeline, runtimes)
     messages = [engine.generate(Prompt()) for _ in range(4)]
     assert messages == expected
     assert all(ms[-1].finished and [m.finished for m in ms].count(True) == 1 for ms in messages)
@@ -106,8 +101,8 @@ def _check_b4_every_request_finishes(spec, capacity):
     """Run six requests that all park (``capacity`` lifecycle slots per stage, 0: derived); assert each finishes."""
     pipeline = attrs.evolve(simple_pipeline([StageKind.AR, StageKind.AR], replicas=1, max_running=1),
                             capacity=capacity)  # fmt: skip
-    engine, monitor = _engine(pipeline, sim_runtimes(pipeline, 4, SimConfig(park=1.0, chunk_wait=1.0, preempt=1.0)),
-                              spec)  # fmt: skip
+    runtimes = sim_runtimes(pipeline, 4, SimConfig(park=1.0, chunk_wait=1.0, preempt=1.0))
+    engine, monitor = monitored_engine(pipeline, runtimes, spec)
     results = [engine.generate(Prompt(max_tokens=4)) for _ in range(6)]
     outcomes = [ms[-1].outcome for ms in results]
     assert outcomes == [Outcome.FINISHED] * 6, f"B4: a parked request did not finish: {outcomes}"
@@ -136,7 +131,7 @@ def _check_b8_abort_carries_the_prefix():
     pipeline = simple_pipeline([StageKind.AR], max_tokens=8)
     full = Engine(pipeline, sim_runtimes(pipeline, 1)).generate(Prompt(max_tokens=8))
     assert full[-1].outcome is Outcome.FINISHED and len(full) > 3  # the seed still gives a long request
-    engine, monitor = _engine(pipeline, sim_runtimes(pipeline, 1))
+    engine, monitor = monitored_engine(pipeline, sim_runtimes(pipeline, 1))
     rid = engine.submit(Prompt(max_tokens=8))
     seen = []
     for message in engine.outputs(rid):
