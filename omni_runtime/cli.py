@@ -10,11 +10,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
+from typing import NoReturn
 
-from omni_runtime.errors import ConfigError, OmniRuntimeError, PipelineError
+from omni_runtime.driver import EVENT, POLL
+from omni_runtime.errors import OmniRuntimeError, PipelineError
 from omni_runtime.pipeline import load_pipeline
-from omni_runtime.workload import DemoReport, WorkloadOptions, max_replica_deaths, run_demo
+from omni_runtime.workload import DemoReport, OptionError, WorkloadOptions, run_demo, sim_config
 
 RUNTIMES = ("sim",)
 
@@ -23,30 +25,28 @@ RUNTIMES = ("sim",)
 _NO_NEW_TRACE = " (no new trace written; {trace} keeps what it held before)"
 
 
-def _count(minimum: int) -> Callable[[str], int]:
-    """Return an argparse type: an integer of at least ``minimum``."""
-
-    def count(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {value}")
-        return value
-
-    return count
+def _integer(text: str) -> int:
+    """Return the argparse type of a count: any integer (``WorkloadOptions`` judges its range)."""
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
 
 
 def _rate(text: str) -> float:
-    """Return the argparse type of a rate: a number within [0, 1]."""
+    """Return the argparse type of a rate: any number (``WorkloadOptions`` judges its range)."""
     try:
-        value = float(text)
+        return float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a number within [0, 1], got {text!r}") from None
-    if not 0.0 <= value <= 1.0:  # also rejects nan
-        raise argparse.ArgumentTypeError(f"must be within [0, 1], got {text}")
-    return value
+
+
+def _argument_error(parser: argparse.ArgumentParser, exc: OptionError) -> NoReturn:
+    """Exit as argparse does, naming the options ``exc`` blames (their ``dest`` is the field's name)."""
+    flags = ["--" + name.replace("_", "-") for name in exc.names]
+    if len(flags) == 1:
+        parser.error(f"argument {flags[0]}: {exc.reason}")
+    parser.error(f"{' + '.join(flags)} {exc.reason}")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -54,18 +54,18 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="omni-run", description=__doc__.splitlines()[0])
     p.add_argument("pipeline", nargs="?", default="examples/pipeline.toml", help="pipeline TOML file")
     p.add_argument("--runtime", choices=RUNTIMES, default="sim", help="stage runtime (default: sim)")
-    p.add_argument("--requests", type=_count(0), default=300, help="client requests to submit (>= 0)")
-    p.add_argument("--concurrency", type=_count(1), default=32, help="requests in flight at most (>= 1)")
+    p.add_argument("--requests", type=_integer, default=300, help="client requests to submit (>= 0)")
+    p.add_argument("--concurrency", type=_integer, default=32, help="requests in flight at most (>= 1)")
     p.add_argument("--abort-rate", type=_rate, default=0.2, help="share of requests aborted or cancelled, in [0, 1]")
     p.add_argument("--fault-rate", type=_rate, default=0.05, help="rate of each injected fault, in [0, 1]")
     p.add_argument("--parallel-rate", type=_rate, default=0.15, help="share of requests with n=2, in [0, 1]")
     p.add_argument("--companion-rate", type=_rate, default=0.15,
                    help="share of requests with one CFG companion; with --parallel-rate at most 1")  # fmt: skip
-    p.add_argument("--replica-deaths", type=_count(0), default=None,
+    p.add_argument("--replica-deaths", type=_integer, default=None,
                    help="replicas that die during the run, at most one per stage of several replicas "
                         "(default: 1 if there is such a stage)")  # fmt: skip
     p.add_argument("--seed", type=int, default=0, help="random seed (any integer)")
-    p.add_argument("--loop", choices=("event", "poll"), default="event", help="the driver's loop")
+    p.add_argument("--loop", choices=(EVENT, POLL), default=EVENT, help="the driver's loop")
     p.add_argument("--trace", default="omni-run.trace.jsonl", help="where to write the run's trace")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     return p
@@ -75,26 +75,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run ``omni-run``; return the exit code (a bad option exits 2 through argparse)."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    if args.parallel_rate + args.companion_rate > 1.0:
-        parser.error("--parallel-rate + --companion-rate must be at most 1 (a request has n=2 or a companion)")
-    try:
-        pipeline = load_pipeline(args.pipeline)
-    except PipelineError as exc:
-        print(f"omni-run: {exc}", file=sys.stderr)
-        return 2
-    most = max_replica_deaths(pipeline)
-    if args.replica_deaths is not None and args.replica_deaths > most:
-        parser.error(f"argument --replica-deaths: at most {most} for {args.pipeline} (one per stage with more "
-                     f"than one replica), got {args.replica_deaths}")  # fmt: skip
     try:
         options = WorkloadOptions(
             requests=args.requests, concurrency=args.concurrency, abort_rate=args.abort_rate,
             fault_rate=args.fault_rate, parallel_rate=args.parallel_rate, companion_rate=args.companion_rate,
             replica_deaths=args.replica_deaths, seed=args.seed, loop=args.loop,
         )  # fmt: skip
-    except ConfigError as exc:  # the checks above should have caught it: still an argument error
-        parser.error(str(exc))
-    progress = None if args.no_progress else _progress_bar(args.requests)
+    except OptionError as exc:
+        _argument_error(parser, exc)
+    try:
+        pipeline = load_pipeline(args.pipeline)
+    except PipelineError as exc:
+        print(f"omni-run: {exc}", file=sys.stderr)
+        return 2
+    try:
+        sim_config(pipeline, options)  # judges --replica-deaths against the pipeline before anything runs
+    except OptionError as exc:
+        _argument_error(parser, exc)
+    progress = None if args.no_progress else _progress_bar(options.requests)
     try:
         report = asyncio.run(run_demo(pipeline, options, args.trace, progress))
     except OmniRuntimeError as exc:

@@ -9,14 +9,15 @@ from __future__ import annotations
 
 import difflib
 import os
-import re
-import tomllib
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import attrs
 
 from omni_fsm import StageKind
+from omni_fsm import _toml_lines as toml_lines  # private to omni_fsm: shared so both packages find TOML lines one way
+from omni_fsm.errors import MalformedInput
 from omni_runtime.adapters import ADAPTER_KINDS, INPUT_ADAPTERS
 from omni_runtime.errors import ConfigError, PipelineError
 
@@ -168,56 +169,12 @@ def simple_pipeline(kinds: Sequence[StageKind], final: Sequence[bool] | None = N
 
 # -- TOML ----------------------------------------------------------------------------------
 
-_HEADER = re.compile(r"""\s*(\[\[?)\s*([\w.\-"' ]+?)\s*\]\]?\s*(#.*)?$""")
-
-
-def _key_line(key: str) -> re.Pattern[str]:
-    k = re.escape(key)
-    return re.compile(rf"""\s*(?:{k}|"{k}"|'{k}')\s*[=.]""")
-
-
-def _locate(text: str, table: str | None, index: int = 0, key: str | None = None) -> int:
-    """Return the line of ``key`` in the ``index``-th ``[table]`` (``None``: the root), or of the table itself."""
-    lines = text.split("\n")  # as tomllib counts lines
-    headers = []
-    for i, line in enumerate(lines):
-        match = _HEADER.match(line)
-        if match:
-            headers.append((i, re.sub(r"""[\s"']""", "", match.group(2))))
-    if table is None:
-        start, body = 0, 0
-    else:
-        mine = [i for i, name in headers if name == table]
-        if index >= len(mine):  # written another way (an inline table, dotted keys): find it at the root
-            return _locate(text, None, 0, table)
-        start = mine[index]
-        body = start + 1
-    end = next((i for i, _ in headers if i > start), len(lines))
-    if key is None:
-        return start + 1
-    pattern = _key_line(key)
-    for i in range(body, end):
-        if pattern.match(lines[i]):
-            return i + 1
-    sub = key if table is None else f"{table}.{key}"  # a sub-table: [table.key] or [table.key.more]
-    for i, name in headers:
-        if i >= start and (name == sub or name.startswith(sub + ".")):
-            return i + 1
-    return start + 1
-
-
 def load_pipeline(path: str | os.PathLike[str]) -> Pipeline:
     """Return the pipeline described by the TOML file at ``path``; raise ``PipelineError``."""
     try:
-        with open(path, "rb") as fh:
-            data = fh.read()
-    except OSError as exc:
-        raise PipelineError(str(path), 0, f"cannot read: {exc.strerror or exc}") from None
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = data.count(b"\n", 0, exc.start) + 1
-        raise PipelineError(str(path), line, f"not UTF-8 text (byte 0x{data[exc.start]:02x})") from None
+        text = toml_lines.read(Path(path), str(path))
+    except MalformedInput as exc:
+        raise PipelineError(exc.path, exc.line, exc.reason) from None
     return parse_pipeline(text, str(path))
 
 
@@ -226,32 +183,31 @@ def parse_pipeline(text: str, path: str = "<pipeline>") -> Pipeline:
     if not isinstance(text, str):
         raise ConfigError(f"parse_pipeline wants the TOML text as str, not {type(text).__name__}")
     try:
-        doc = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        match = re.search(r"line (\d+)", str(exc))
-        line = int(match.group(1)) if match else max(1, len(text.splitlines()))  # 'at end of document'
-        raise PipelineError(path, line, f"invalid TOML: {exc}") from None
+        doc = toml_lines.loads(text, path)
+    except MalformedInput as exc:
+        raise PipelineError(exc.path, exc.line, exc.reason) from None
+    lines = toml_lines.Lines(text)
     for key, value in doc.items():
         if key not in ("pipeline", "stages"):
             what = "table" if isinstance(value, dict) else "key"
-            raise PipelineError(path, _locate(text, None, key=key),
+            raise PipelineError(path, lines.find(None, key=key),
                                 f"unknown top-level {what} {key!r} (known: [pipeline], [[stages]])")  # fmt: skip
     head: Any = doc.get("pipeline", {})
     if not isinstance(head, dict):
-        raise PipelineError(path, _locate(text, None, key="pipeline"), "'pipeline' must be a table: [pipeline]")
+        raise PipelineError(path, lines.find(None, key="pipeline"), "'pipeline' must be a table: [pipeline]")
     for key, value in head.items():
         reason = _unknown(key, _PIPELINE_FIELDS, "[pipeline] key") or _field_problem(_PIPELINE_FIELDS, key, value)
         if reason is not None:
-            raise PipelineError(path, _locate(text, "pipeline", key=key), reason)
+            raise PipelineError(path, lines.find("pipeline", key=key), reason)
     raw = doc.get("stages")
     if not isinstance(raw, list) or not raw:
-        line = _locate(text, None, key="stages") if "stages" in doc else 1
+        line = lines.find(None, key="stages") if "stages" in doc else 1
         raise PipelineError(path, line, "need at least one [[stages]] table")
-    stages = tuple(_stage(text, path, i, entry) for i, entry in enumerate(raw))
+    stages = tuple(_stage(lines, path, i, entry) for i, entry in enumerate(raw))
     problem = _pipeline_problem(stages)
     if problem is not None:
         stage, field, reason = problem
-        raise PipelineError(path, _locate(text, "stages", stage or 0, field), reason)
+        raise PipelineError(path, lines.find("stages", stage or 0, field), reason)
     return Pipeline(stages, head.get("name", "pipeline"), head.get("capacity", 0))
 
 
@@ -263,9 +219,9 @@ def _unknown(key: str, fields: dict[str, type], what: str) -> str | None:
     return f"unknown {what} {key!r} ({hint})"
 
 
-def _stage(text: str, path: str, i: int, entry: Any) -> StageSpec:
+def _stage(lines: toml_lines.Lines, path: str, i: int, entry: Any) -> StageSpec:
     if not isinstance(entry, dict):
-        raise PipelineError(path, _locate(text, "stages", i), "a stage must be a table")
+        raise PipelineError(path, lines.find("stages", i), "a stage must be a table")
     fields = dict(entry)
     for key, value in entry.items():
         reason = _unknown(key, _STAGE_FIELDS, "stage key")
@@ -277,10 +233,10 @@ def _stage(text: str, path: str, i: int, entry: Any) -> StageSpec:
                 reason = f"unknown kind {value!r} (known: {known})"
         reason = reason or _field_problem(_STAGE_FIELDS, key, fields[key])
         if reason is not None:
-            raise PipelineError(path, _locate(text, "stages", i, key), reason)
+            raise PipelineError(path, lines.find("stages", i, key), reason)
     if "kind" not in fields:
-        raise PipelineError(path, _locate(text, "stages", i), "stage needs a kind ('ar' or 'diffusion')")
+        raise PipelineError(path, lines.find("stages", i), "stage needs a kind ('ar' or 'diffusion')")
     if i > 0 and "adapter" not in fields:
-        raise PipelineError(path, _locate(text, "stages", i), "a later stage needs an input adapter")
+        raise PipelineError(path, lines.find("stages", i), "a later stage needs an input adapter")
     fields.setdefault("name", f"stage{i}")
     return StageSpec(**fields)

@@ -21,23 +21,39 @@ from omni_fsm import observations as ob
 from omni_fsm.invariants import CHECKS, Monitor
 from omni_fsm.trace import TraceWriter
 from omni_runtime.adapters import Prompt
-from omni_runtime.driver import AsyncEngine
+from omni_runtime.driver import EVENT, POLL, AsyncEngine
 from omni_runtime.errors import ConfigError, RpcError
 from omni_runtime.pipeline import Pipeline, require_pipeline
 from omni_runtime.sim import SimConfig, sim_runtimes
 
 
+class OptionError(ConfigError):
+    """A workload option is invalid: ``names`` are the fields at fault, ``reason`` says why."""
+
+    def __init__(self, names: tuple[str, ...], reason: str) -> None:
+        self.names, self.reason = names, reason
+        super().__init__(f"WorkloadOptions: {' + '.join(names)}: {reason}")
+
+
+def _integer(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def _at_least(minimum: int) -> Callable[[Any, Any, Any], None]:
     def check(options: Any, attribute: Any, value: Any) -> None:
-        if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-            raise ConfigError(f"WorkloadOptions: {attribute.name} must be an integer >= {minimum}, not {value!r}")
+        if not _integer(value):
+            raise OptionError((attribute.name,), f"must be an integer, got {value!r}")
+        if value < minimum:
+            raise OptionError((attribute.name,), f"must be at least {minimum}, got {value!r}")
 
     return check
 
 
 def _rate(options: Any, attribute: Any, value: Any) -> None:
-    if not isinstance(value, int | float) or isinstance(value, bool) or not 0.0 <= value <= 1.0:
-        raise ConfigError(f"WorkloadOptions: {attribute.name} must be a number within [0, 1], not {value!r}")
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        raise OptionError((attribute.name,), f"must be a number, got {value!r}")
+    if not 0.0 <= value <= 1.0:  # also refuses nan
+        raise OptionError((attribute.name,), f"must be within [0, 1], got {value!r}")
 
 
 def _deaths(options: Any, attribute: Any, value: Any) -> None:
@@ -46,18 +62,18 @@ def _deaths(options: Any, attribute: Any, value: Any) -> None:
 
 
 def _loop(options: Any, attribute: Any, value: Any) -> None:
-    if value not in ("event", "poll"):
-        raise ConfigError(f"WorkloadOptions: loop must be 'event' or 'poll', not {value!r}")
+    if value not in (EVENT, POLL):
+        raise OptionError((attribute.name,), f"must be {EVENT!r} or {POLL!r}, got {value!r}")
 
 
 def _seed(options: Any, attribute: Any, value: Any) -> None:
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise ConfigError(f"WorkloadOptions: seed must be an integer, not {value!r}")
+    if not _integer(value):
+        raise OptionError((attribute.name,), f"must be an integer, got {value!r}")
 
 
 @attrs.frozen
 class WorkloadOptions:
-    """What ``run_demo`` does; a bad value raises ``ConfigError``."""
+    """What ``run_demo`` does; a bad value raises ``OptionError`` (a ``ConfigError``) naming the field."""
 
     requests: int = attrs.field(default=300, validator=_at_least(0))
     concurrency: int = attrs.field(default=32, validator=_at_least(1))  #: requests in flight at most
@@ -68,12 +84,12 @@ class WorkloadOptions:
     #: replicas that die (at most one per stage of several replicas); ``None``: one if any stage has several
     replica_deaths: int | None = attrs.field(default=None, validator=_deaths)
     seed: int = attrs.field(default=0, validator=_seed)
-    loop: str = attrs.field(default="event", validator=_loop)
+    loop: str = attrs.field(default=EVENT, validator=_loop)
 
     def __attrs_post_init__(self) -> None:
         if self.parallel_rate + self.companion_rate > 1.0:  # a request has n=2 or a companion, not both
-            raise ConfigError("WorkloadOptions: parallel_rate + companion_rate must be at most 1, "
-                              f"not {self.parallel_rate} + {self.companion_rate}")  # fmt: skip
+            raise OptionError(("parallel_rate", "companion_rate"), "must be at most 1 (a request has n=2 or a "
+                              f"companion), got {self.parallel_rate!r} + {self.companion_rate!r}")  # fmt: skip
 
 
 @attrs.define
@@ -127,8 +143,8 @@ def sim_config(pipeline: Pipeline, options: WorkloadOptions) -> SimConfig:
     slots = _death_slots(pipeline)
     deaths = min(1, len(slots)) if options.replica_deaths is None else options.replica_deaths
     if deaths > len(slots):
-        raise ConfigError(f"{deaths} replica deaths asked, but {pipeline.name} has {len(slots)} stage(s) "
-                          "with more than one replica (at most one dies per stage)")  # fmt: skip
+        raise OptionError(("replica_deaths",), f"at most {len(slots)} for pipeline {pipeline.name!r} (one per "
+                          f"stage with more than one replica), got {deaths}")  # fmt: skip
     return attrs.evolve(SimConfig.faulty(options.fault_rate), replica_deaths=tuple(slots[:deaths]))
 
 

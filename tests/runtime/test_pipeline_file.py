@@ -30,7 +30,7 @@ MALFORMED = [
     (ONE + "replica = 2\n", 4, "did you mean 'replicas'?"),
     (ONE + "[stages.extra]\nx = 1\n", 4, "unknown stage key 'extra'"),
     ("[[stages]]\nkind = 'ar'\n", 1, "last stage must have final = true"),
-    ("[[stages]]\nkind = 'ar\n", 2, "invalid TOML"),
+    ("[[stages]]\nkind = 'ar\n", 2, "not valid TOML"),
     # wrong types are refused, not converted
     (ONE + "name = 5\n", 4, "name must be a string, not 5"),
     (ONE + "name = ''\n", 4, "name must not be empty"),
