@@ -14,9 +14,9 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from omni_runtime.driver import EVENT, POLL
-from omni_runtime.errors import OmniRuntimeError, PipelineError
+from omni_runtime.errors import OmniRuntimeError, OptionError, PipelineError
 from omni_runtime.pipeline import load_pipeline
-from omni_runtime.workload import DemoReport, OptionError, WorkloadOptions, run_demo, sim_config
+from omni_runtime.workload import DemoReport, WorkloadOptions, run_demo, sim_config
 
 RUNTIMES = ("sim",)
 

@@ -19,6 +19,14 @@ class ConfigError(OmniRuntimeError, ValueError):
     """A library call got an invalid argument (a bad stage, pipeline or workload setting); also a ``ValueError``."""
 
 
+class OptionError(ConfigError):
+    """A workload option is invalid: ``names`` are the fields at fault, ``reason`` says why."""
+
+    def __init__(self, names: tuple[str, ...], reason: str) -> None:
+        self.names, self.reason = names, reason
+        super().__init__(f"WorkloadOptions: {' + '.join(names)}: {reason}")
+
+
 class EngineNotRunning(OmniRuntimeError):
     """The engine is dead or stopped: it accepts no new work."""
 

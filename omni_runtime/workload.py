@@ -22,17 +22,9 @@ from omni_fsm.invariants import CHECKS, Monitor
 from omni_fsm.trace import TraceWriter
 from omni_runtime.adapters import Prompt
 from omni_runtime.driver import EVENT, POLL, AsyncEngine
-from omni_runtime.errors import ConfigError, RpcError
+from omni_runtime.errors import ConfigError, OptionError, RpcError
 from omni_runtime.pipeline import Pipeline, require_pipeline
 from omni_runtime.sim import SimConfig, sim_runtimes
-
-
-class OptionError(ConfigError):
-    """A workload option is invalid: ``names`` are the fields at fault, ``reason`` says why."""
-
-    def __init__(self, names: tuple[str, ...], reason: str) -> None:
-        self.names, self.reason = names, reason
-        super().__init__(f"WorkloadOptions: {' + '.join(names)}: {reason}")
 
 
 def _integer(value: Any) -> bool:
