@@ -96,7 +96,7 @@ class AsyncEngine:
             while ready:  # every buffered report, without yielding (as a non-empty queue's get would)
                 stage, replica = popleft()
                 buffer = buffers[stage][replica]
-                if buffer and not host.orchestrator_stopped:  # ``Host.take``, inlined
+                if buffer and not host.orchestrator_stopped:  # as ``Host.drain`` does, one report at a time
                     commands = report(stage, replica, buffer.popleft())
                     if commands or host.pending:
                         execute(commands)
