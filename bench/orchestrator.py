@@ -13,9 +13,15 @@ makes only the hops it really made), and ``lifecycle`` is the share of the core'
 - driver: ``AsyncEngine`` (event-driven loop) over ``InstantReplica`` runtimes; an aborted
   request is aborted right after its submission, as a client would.
 
+Memory: the ``tracemalloc`` delta per request in flight (mid-stage, its output buffered), after
+``gc.collect()``: of the core (orchestrator and lifecycle state) and of the asyncio driver
+(orchestrator, lifecycle and host state, with consumers that keep nothing per request). Reported
+apart: the consumer-side mailboxes (the synchronous API's per-request queues) and what the
+zero-cost runtimes keep themselves.
+
 Last line: ``orchestrator: core_hops_per_s=... driver_hops_per_s=... us_per_hop=... bytes_per_inflight=...
 lost=... duplicated=...`` (the lowest median of each over the four workloads; ``us_per_hop`` is the
-core's; ``bytes_per_inflight`` is orchestrator and lifecycle state per request in flight).
+core's; ``bytes_per_inflight`` is the larger of the core's and the driver's orchestrator-held figures).
 
 - floor: ``bench/_floor.py``, a skeleton that passes the same objects per hop as the core (events,
   observations, commands, stage inputs) and checks nothing: the least any design of this shape
@@ -50,7 +56,7 @@ from omni_fsm import StageKind
 from omni_runtime import AsyncEngine, Orchestrator, Prompt, simple_pipeline
 from omni_runtime import commands as cmd
 from omni_runtime import protocol as rp
-from omni_runtime.sim import instant_runtimes
+from omni_runtime.sim import instant, instant_runtimes
 
 PIPELINE = simple_pipeline([StageKind.AR, StageKind.AR, StageKind.DIFFUSION], replicas=1, max_running=1 << 20)
 STAGES = len(PIPELINE.stages)
@@ -59,6 +65,7 @@ ROUNDS = 7  #: runs per figure (the median is reported)
 WORKLOADS = [(requests, abort_rate) for requests in (1_000, 10_000) for abort_rate in (0.0, 0.2)]
 _PAYLOADS = [None if kind is StageKind.DIFFUSION else (7,) for kind in PIPELINE.kinds]
 _ABORT_STAGE = 1
+_INSTANT = instant.__file__  #: the zero-cost runtimes' module: what it allocates is the stages' memory
 
 Run = tuple[float, int, int, int]  #: (seconds, hops, lost, duplicated)
 
@@ -175,6 +182,40 @@ def bytes_per_inflight(requests: int = 10_000) -> float:
     return (during - before) / requests
 
 
+def driver_bytes_per_inflight(requests: int = 10_000) -> tuple[float, float, float]:
+    """Return traced bytes per in-flight request under the asyncio driver: (orchestrator and host,
+    consumer-side mailboxes, the runtimes' own).
+
+    Requests are mid-stage (scheduled at stage 0, one output buffered) on replicas that hold them.
+    Consumers that keep nothing per request (one shared listener) give the first figure, less
+    what the runtimes allocated (told apart by the file that allocated it: a stage's memory, not
+    the orchestrator's); consumers reading mailboxes (the synchronous API's) give the second, as
+    the difference.
+    """
+
+    async def traced(mailboxes: bool) -> tuple[int, int]:
+        engine = AsyncEngine(PIPELINE, instant_runtimes(PIPELINE, hold=True))
+        await engine.start()
+        routes = engine.host.orchestrator.routes
+        listener = None if mailboxes else (lambda message: None)
+        gc.collect()
+        tracemalloc.start()
+        before = tracemalloc.take_snapshot()
+        for _ in range(requests):
+            engine.submit(PROMPT, listener=listener)
+        while any(route.result is None for route in routes.values()):  # until every output is buffered
+            await asyncio.sleep(0)
+        gc.collect()
+        grown = tracemalloc.take_snapshot().compare_to(before, "filename")
+        tracemalloc.stop()
+        await engine.shutdown()
+        runtime = sum(d.size_diff for d in grown if d.traceback[0].filename == _INSTANT)
+        return sum(d.size_diff for d in grown) - runtime, runtime
+
+    (held, runtime), (with_boxes, _) = asyncio.run(traced(False)), asyncio.run(traced(True))
+    return held / requests, (with_boxes - held) / requests, runtime / requests
+
+
 def _rate(runs: list[Run]) -> float:
     return statistics.median(hops / seconds for seconds, hops, _, _ in runs)
 
@@ -233,9 +274,13 @@ def main() -> int:
         omni = statistics.mean(omni_us)
         print(f"vLLM-Omni {omni:.1f} us/hop (mean of the runs before and after): core is {omni * low_core / 1e6:.2f}x "
               f"as fast, driver {omni * low_driver / 1e6:.2f}x")  # fmt: skip
+    core_bytes = bytes_per_inflight()
+    driver_bytes, mailbox_bytes, runtime_bytes = driver_bytes_per_inflight()
+    print(f"memory per in-flight request: core {core_bytes:.0f} B, driver {driver_bytes:.0f} B (orchestrator and "
+          f"host); apart: consumer-side mailboxes {mailbox_bytes:.0f} B, the runtimes' own {runtime_bytes:.0f} B")
     print(f"bench time {time.perf_counter() - started:.1f} s")
     print(f"orchestrator: core_hops_per_s={low_core:.0f} driver_hops_per_s={low_driver:.0f} "
-          f"us_per_hop={1e6 / low_core:.2f} bytes_per_inflight={bytes_per_inflight():.0f} "
+          f"us_per_hop={1e6 / low_core:.2f} bytes_per_inflight={max(core_bytes, driver_bytes):.0f} "
           f"lost={lost} duplicated={duplicated}")  # fmt: skip
     return 0 if lost == duplicated == 0 else 1
 

@@ -24,9 +24,10 @@ def sim_runtimes(pipeline: Pipeline, seed: int = 0, config: SimConfig | None = N
     return [[sim_replica(spec, i, r, seed, config) for r in range(spec.replicas)] for i, spec in stages]
 
 
-def instant_runtimes(pipeline: Pipeline) -> list[list[InstantReplica]]:
-    """Return zero-cost replicas (every request finishes within one step): for benchmarks."""
-    return [[InstantReplica(spec) for _ in range(spec.replicas)] for spec in pipeline.stages]
+def instant_runtimes(pipeline: Pipeline, hold: bool = False) -> list[list[InstantReplica]]:
+    """Return zero-cost replicas (every request finishes within one step; with ``hold``, stays after its
+    output until aborted): for benchmarks."""
+    return [[InstantReplica(spec, hold) for _ in range(spec.replicas)] for spec in pipeline.stages]
 
 
 __all__ = ["InstantReplica", "SimAR", "SimConfig", "SimDiffusion", "SimReplica", "instant_runtimes", "sim_replica",

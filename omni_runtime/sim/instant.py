@@ -1,4 +1,8 @@
-"""A zero-cost replica: scheduled, one output and finished within one step (benchmarks)."""
+"""A zero-cost replica: scheduled, one output and finished within one step (benchmarks).
+
+With ``hold=True`` it keeps each request after its output instead of finishing it: requests stay
+in flight mid-stage, an output buffered, for as long as a memory benchmark needs them there.
+"""
 
 from __future__ import annotations
 
@@ -16,7 +20,9 @@ _TOKENS = (7,)
 class InstantReplica:
     """Does no work: each request is scheduled, emits one output and finishes at the next step."""
 
-    def __init__(self, spec: StageSpec) -> None:
+    def __init__(self, spec: StageSpec, hold: bool = False) -> None:
+        self._hold = hold
+        self._held: dict[int, None] = {}  #: ``hold``: requests past their output, never finished
         self._payload = _TOKENS if spec.kind is StageKind.AR else None
         self._final = None if spec.kind is StageKind.AR else {"image": "0"}
         self._queue: dict[int, None] = {}  #: accepted request ids, in order (a dict: O(1) aborts)
@@ -35,6 +41,7 @@ class InstantReplica:
         assert sink is not None
         for req_id in req_ids:
             self._queue.pop(req_id, None)
+            self._held.pop(req_id, None)
             sink(rp.AbortResult(abort_id, req_id, True))
 
     def control(self, call_id: int, method: ControlMethod, level: int, tags: frozenset[str]) -> None:
@@ -49,8 +56,12 @@ class InstantReplica:
         for req_id in queue:
             sink(status(req_id, 0, _SCHEDULED))
             sink(output(req_id, 1, 1, payload))
-            sink(finished(req_id, 2, payload=final))
+            if self._hold:
+                self._held[req_id] = None
+            else:
+                sink(finished(req_id, 2, payload=final))
         return False
 
     def shutdown(self) -> None:
         self._queue.clear()
+        self._held.clear()

@@ -1,5 +1,6 @@
 """The benchmark's floor passes exactly the messages the real core passes for the same instant requests;
-the benchmark stops with the reason when vLLM-Omni cannot be driven.
+the benchmark stops with the reason when vLLM-Omni cannot be driven; its memory figures hold
+requests in flight and tell the consumer's share apart.
 
 ``bench/_floor.py`` is what ``bench/orchestrator.py`` compares the core with; the comparison is
 fair only if the floor makes the same events, observations and commands per request.
@@ -7,18 +8,21 @@ fair only if the floor makes the same events, observations and commands per requ
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 import subprocess
 import sys
-from collections import Counter
+from collections import Counter, deque
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import pytest
 
-from omni_runtime import Orchestrator
+from omni_fsm import Outcome
+from omni_runtime import AsyncEngine, Orchestrator, Prompt
 from omni_runtime import commands as cmd
+from omni_runtime.sim import instant_runtimes
 
 BENCH = Path(__file__).resolve().parents[2] / "bench" / "orchestrator.py"
 REQUESTS = 20
@@ -102,3 +106,34 @@ def test_the_bench_says_why_when_vllm_omni_cannot_be_driven() -> None:
     assert done.returncode != 0
     assert "vllm_omni_loop.py failed" in done.stderr and "cannot import vLLM-Omni" in done.stderr, done.stderr
     assert "orchestrator:" not in done.stdout
+
+
+def test_held_requests_stay_in_flight_until_aborted_or_shut_down() -> None:
+    """``InstantReplica(hold=True)``, the memory figure's runtime: scheduled, one output, then no finish."""
+    bench = load_bench()
+    messages: list[cmd.ClientMessage] = []
+
+    async def main() -> tuple[list[int], bool]:
+        engine = AsyncEngine(bench.PIPELINE, instant_runtimes(bench.PIPELINE, hold=True))
+        await engine.start()
+        rids = [engine.submit(Prompt(), listener=messages.append) for _ in range(3)]
+        routes = engine.host.orchestrator.routes
+        while any(route.result is None for route in routes.values()):
+            await asyncio.sleep(0)
+        for _ in range(10):
+            await asyncio.sleep(0)
+        stages = [routes[rid].stage for rid in rids]
+        aborted = await engine.abort(rids[0])
+        await engine.shutdown()
+        return stages, aborted
+
+    stages, aborted = asyncio.run(main())
+    assert stages == [0, 0, 0] and aborted
+    assert [(m.finished, m.outcome) for m in messages] == [(True, Outcome.ABORTED)] * 3
+
+
+def test_the_driver_memory_figure_tells_the_consumers_mailboxes_apart() -> None:
+    bench = load_bench()
+    held, mailboxes, runtimes = bench.driver_bytes_per_inflight(300)
+    assert held > 0 and runtimes > 0
+    assert mailboxes == pytest.approx(sys.getsizeof(deque()), rel=0.1)  # a mailbox per request: a deque
