@@ -17,14 +17,31 @@ from omni_fsm import StageKind
 from omni_fsm.frozen import direct_inits
 
 
+def _token_ids(prompt: Any, attribute: Any, value: Any) -> None:
+    if not isinstance(value, tuple) or not all(isinstance(t, int) and not isinstance(t, bool) for t in value):
+        raise TypeError(f"Prompt.token_ids must be a tuple of ints, not {value!r}")
+
+
+def _at_least_one(prompt: Any, attribute: Any, value: Any) -> None:
+    if value is None and attribute.name == "max_tokens":
+        return
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ValueError(f"Prompt.{attribute.name} must be an int >= 1, not {value!r}")
+
+
 @attrs.frozen
 class Prompt:
-    """What a client submits: prompt token ids and the generation parameters the stages read."""
+    """What a client submits: prompt token ids and the generation parameters the stages read.
 
-    token_ids: tuple[int, ...] = (1, 2, 3)
-    max_tokens: int | None = None  #: AR stages: cap on generated tokens (``None``: the stage's)
-    height: int = 64
-    width: int = 64
+    Checked when made: ``token_ids`` a tuple of ints, ``max_tokens`` ``None`` or an int >= 1,
+    ``height`` and ``width`` ints >= 1 (``TypeError`` / ``ValueError`` naming the field).
+    """
+
+    token_ids: tuple[int, ...] = attrs.field(default=(1, 2, 3), validator=_token_ids)
+    #: AR stages: cap on generated tokens (``None``: the stage's)
+    max_tokens: int | None = attrs.field(default=None, validator=_at_least_one)
+    height: int = attrs.field(default=64, validator=_at_least_one)
+    width: int = attrs.field(default=64, validator=_at_least_one)
 
 
 @attrs.frozen
@@ -101,6 +118,8 @@ class TokenOutput(OutputAdapter):
     __slots__ = ()
 
     def accumulate(self, acc: Any, payload: Any) -> Any:
+        if payload is None:  # an output that carries no token ids
+            return acc
         return payload if acc is None else acc + payload
 
     def result(self, acc: Any) -> Any:

@@ -12,7 +12,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from omni_fsm import ENGINE_TERMINAL, SPEC, ControlMethod, LifecycleError, Outcome, Role, Spec
+import attrs
+
+from omni_fsm import ENGINE_TERMINAL, SPEC, ControlMethod, LifecycleError, Outcome, Role, Spec, StopKind
 from omni_fsm import events as ev
 from omni_fsm import observations as ob
 from omni_fsm.core import Lifecycle, dependent_id, fanout
@@ -48,7 +50,7 @@ class _Route:
         self.next_seq = 0
         self.held: dict[int, rp.RequestReport] | None = None  #: reports that arrived early, by seq
         self.result: Any = None  #: accumulated output at the current stage
-        self.companions: tuple[Any, ...] = ()  #: results of finished CFG companions
+        self.companions: tuple[tuple[int, Any], ...] = ()  #: (id, result) of each finished CFG companion
         self.error: str | None = None
 
 
@@ -103,7 +105,13 @@ class Orchestrator:
     # -- client calls --------------------------------------------------------------------
 
     def submit(self, prompt: Prompt, n: int = 1, companions: int = 0) -> tuple[int, Commands]:
-        """Submit a request; return its id (ids ``rid+1..`` belong to its samples/companions) and commands."""
+        """Submit a request; return its id (ids ``rid+1..`` belong to its samples/companions) and commands.
+
+        Raises ``RequestRefused`` (and changes nothing) for a prompt that is not a ``Prompt``, or a
+        request the lifecycle refuses.
+        """
+        if not isinstance(prompt, Prompt):
+            raise RequestRefused(f"a prompt is an omni_runtime.Prompt, not {type(prompt).__name__}: {prompt!r:.80}")
         rid = self._next_rid
         route = _Route(prompt)
         self.routes[rid] = route
@@ -124,8 +132,11 @@ class Orchestrator:
         self._abort_callers.setdefault(rid, []).append(call)
         try:
             out = self._feed(ev.Abort(rid))
-        except LifecycleError as exc:
-            self._abort_callers.pop(rid, None)
+        except LifecycleError as exc:  # refused: this call waits for nothing (others on ``rid`` still do)
+            callers = self._abort_callers[rid]
+            callers.remove(call)
+            if not callers:
+                del self._abort_callers[rid]
             raise self._refusal(exc) from None
         if rid not in self.routes:  # already ended (or never known): the abort has nothing left to do
             for waiting in self._abort_callers.pop(rid, []):
@@ -194,7 +205,11 @@ class Orchestrator:
         rid = report.req_id
         route = self.routes.get(rid)
         if route is None or route.stage != stage:  # late: the lifecycle drops it as unknown / stale
-            return self._feed(_event_of(rid, stage, report, kind))
+            try:
+                event = _event_of(rid, stage, report, kind)
+            except _Malformed:
+                event = ev.StageFailed(rid, stage)
+            return self._feed(event)
         if route.replica != replica:
             self.stats.misrouted += 1
             return []
@@ -220,17 +235,23 @@ class Orchestrator:
 
     def _in_order(self, rid: int, stage: int, report: rp.RequestReport, route: _Route, kind: type) -> Commands:
         route.next_seq += 1
-        self._undo = (rid, route, route.result)
-        event = _event_of(rid, stage, report, kind)
-        if kind is rp.Output:
-            payload = report.payload  # type: ignore[attr-defined]
-            route.result = self._outputs[stage].accumulate(route.result, payload)
-            self._payload = payload
-        elif kind is rp.Finished:
-            route.result = self._outputs[stage].finish(route.result, report.payload)  # type: ignore[attr-defined]
-        elif event.__class__ is ev.StageFailed:  # a failure, or a status outside the protocol (the request fails)
-            route.error = (report.error if kind is rp.Failed  # type: ignore[attr-defined]
-                           else f"runtime reported an unknown status {report.status!r}")  # type: ignore[attr-defined]
+        before = route.result
+        self._undo = (rid, route, before)
+        try:
+            event = _event_of(rid, stage, report, kind)
+            if kind is rp.Output:
+                payload = report.payload  # type: ignore[attr-defined]
+                route.result = self._outputs[stage].accumulate(before, payload)
+                self._payload = payload
+            elif kind is rp.Finished:
+                route.result = self._outputs[stage].finish(before, report.payload)  # type: ignore[attr-defined]
+            elif kind is rp.Failed:
+                route.error = report.error  # type: ignore[attr-defined]
+        except Exception as exc:  # a report outside the protocol (or a payload its adapter refuses) fails its request
+            route.result, self._payload = before, None
+            route.error = str(exc) if isinstance(exc, _Malformed) else (
+                f"runtime reported a {type(report).__name__} its stage cannot take: {type(exc).__name__}: {exc}")
+            event = ev.StageFailed(rid, stage)
         out = self._feed(event)  # a runtime report never raises a LifecycleError: nothing to undo
         self._payload = self._undo = None
         return out
@@ -255,7 +276,9 @@ class Orchestrator:
 
         A dispatch it could not take fails that request (request-scoped, like ``Failed``); a
         physical abort it could not carry out failed (the request runs on: nothing says it is
-        gone); a control RPC it could not run answers its caller with the error.
+        gone), and a request that cannot run on (a sample, a companion), whose abort the table
+        sends again at once, fails at that stage instead: the retry would go to the runtime that
+        just raised. A control RPC it could not run answers its caller with the error.
         """
         if isinstance(command, cmd.Dispatch):
             route = self.routes.get(command.rid)
@@ -265,11 +288,18 @@ class Orchestrator:
             return self._feed(ev.StageFailed(command.rid, command.stage))
         if isinstance(command, cmd.AbortAt):
             out: Commands = []
+            where = (command.stage, command.replica)
             for rid in sorted(command.req_ids):
-                if self._aborts.get(rid) == (command.abort_id, command.stage, command.replica):
+                if self._aborts.get(rid) == (command.abort_id, *where):
                     del self._aborts[rid]
                     out += self._feed(ev.AbortFailed(rid, command.stage))
-            return out
+                    again = self._aborts.get(rid)
+                    if again is not None and again[1:] == where:  # sent again at once: fail it instead
+                        del self._aborts[rid]
+                        out = [_without(c, rid) for c in out]
+                        self.routes[rid].error = f"its physical abort raised: {error}"
+                        out += self._feed(ev.StageFailed(rid, command.stage))
+            return [c for c in out if not (isinstance(c, cmd.AbortAt) and not c.req_ids)]
         if isinstance(command, cmd.RpcCall):
             return self._rpc_result(command.call_id, (command.stage, command.replica), error)
         raise OmniRuntimeError(f"{type(command).__name__} is not carried out by a runtime")
@@ -309,10 +339,11 @@ class Orchestrator:
         return out
 
     def _send_aborts(self, batch: dict[tuple[int, int], list[int]], out: Commands) -> None:
-        """One physical abort per replica per step, for the requests still tracked (one may end in the step)."""
+        """One physical abort per live replica per step, for the requests still tracked (one may end in the
+        step). A replica that died in the step gets none: its requests end as lost (``_replica_died``)."""
         for (stage, replica), asked in batch.items():
             rids = [rid for rid in asked if rid in self.routes]
-            if not rids:
+            if not rids or not self.live[stage][replica]:
                 continue
             abort_id = self._call_id()
             for rid in rids:
@@ -359,9 +390,10 @@ class Orchestrator:
 
     def _forward(self, o: ob.Forwarded, out: Commands) -> None:
         route = self.routes[o.rid]
-        companions = route.companions
+        done = route.companions
         if route.parent >= 0 and route.parent in self.routes:  # an n>1 sample uses its parent's companions
-            companions = self.routes[route.parent].companions
+            done = self.routes[route.parent].companions
+        companions = tuple(result for _, result in sorted(done)) if done else ()  # in companion order
         route.result = self._inputs[o.dst](route.prompt, route.result, companions)  # the next stage's input
 
     def _dispatch(self, o: ob.Dispatched, out: Commands) -> None:
@@ -413,7 +445,7 @@ class Orchestrator:
         if route is not None and route.parent >= 0:
             parent = self.routes.get(route.parent)
             if parent is not None and route.companion:
-                parent.companions = (*parent.companions, route.result)
+                parent.companions = (*parent.companions, (rid, route.result))
         if self._abort_callers:
             self._answer_abort(rid, True, out)  # ended some other way while an abort was pending
 
@@ -466,15 +498,38 @@ _OBSERVATIONS: dict[type, Callable[[Orchestrator, Any, Commands], None]] = {
 }  # fmt: skip
 
 
+def _without(command: cmd.Command, rid: int) -> cmd.Command:
+    """Return ``command`` less ``rid`` if it is a physical abort that names it."""
+    if isinstance(command, cmd.AbortAt) and rid in command.req_ids:
+        return attrs.evolve(command, req_ids=tuple(r for r in command.req_ids if r != rid))
+    return command
+
+
+class _Malformed(Exception):
+    """A per-request report outside the protocol: it fails its request (the message says why)."""
+
+
 def _event_of(rid: int, stage: int, report: rp.RequestReport, kind: type) -> ev.StageEvent:
-    """Return the lifecycle event of a per-request report (``kind``: its protocol class); a status outside
-    the protocol is a failure of the request."""
+    """Return the lifecycle event of a per-request report (``kind``: its protocol class).
+
+    Raises ``_Malformed`` for a report outside the protocol (an unknown status, a token count that
+    is not an int >= 0, a stop that is not a ``StopKind``): it fails its request.
+    """
     if kind is rp.Output:
-        return ev.StageOutput(rid, stage, report.tokens)  # type: ignore[attr-defined]
+        tokens = report.tokens  # type: ignore[attr-defined]
+        if tokens.__class__ is not int or tokens < 0:
+            raise _Malformed(f"runtime reported an Output of {tokens!r} tokens (an int >= 0)")
+        return ev.StageOutput(rid, stage, tokens)
     if kind is rp.Finished:
-        return ev.StageFinished(rid, stage, report.stop)  # type: ignore[attr-defined]
+        stop = report.stop  # type: ignore[attr-defined]
+        if stop.__class__ is not StopKind:
+            raise _Malformed(f"runtime reported a Finished with stop {stop!r} (a StopKind)")
+        return ev.StageFinished(rid, stage, stop)
     if kind is rp.StatusChanged:
-        return _STATUS_EVENTS.get(report.status, ev.StageFailed)(rid, stage)  # type: ignore[attr-defined]
+        event = _STATUS_EVENTS.get(report.status)  # type: ignore[attr-defined]
+        if event is None:
+            raise _Malformed(f"runtime reported an unknown status {report.status!r}")  # type: ignore[attr-defined]
+        return event(rid, stage)
     return ev.StageFailed(rid, stage)
 
 
