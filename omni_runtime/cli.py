@@ -2,7 +2,7 @@
 
 Every (event, outputs) step of the lifecycle goes to ``omni_fsm``'s invariant ``Monitor`` and to
 a trace (``omni-fsm check`` reads it). Exit codes: 0 clean; 1 invariant violations; 2 bad input
-(``FILE:LINE: reason``).
+(``FILE:LINE: reason``) or a trace that could not be written; 130 interrupted (Ctrl-C, SIGTERM).
 """
 
 from __future__ import annotations
@@ -10,12 +10,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from typing import NoReturn
 
+from omni_fsm.interrupt import interruptible
 from omni_runtime.driver import EVENT, POLL
 from omni_runtime.errors import OmniRuntimeError, OptionError, PipelineError
-from omni_runtime.pipeline import load_pipeline
+from omni_runtime.pipeline import Pipeline, load_pipeline
 from omni_runtime.workload import DemoReport, WorkloadOptions, run_demo, sim_config
 
 RUNTIMES = ("sim",)
@@ -51,9 +53,10 @@ def _argument_error(parser: argparse.ArgumentParser, exc: OptionError) -> NoRetu
 
 def build_parser() -> argparse.ArgumentParser:
     """Return the argument parser."""
-    p = argparse.ArgumentParser(prog="omni-run", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="omni-run", description=__doc__.splitlines()[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("pipeline", nargs="?", default="examples/pipeline.toml", help="pipeline TOML file")
-    p.add_argument("--runtime", choices=RUNTIMES, default="sim", help="stage runtime (default: sim)")
+    p.add_argument("--runtime", choices=RUNTIMES, default="sim", help="stage runtime")
     p.add_argument("--requests", type=_integer, default=300, help="client requests to submit (>= 0)")
     p.add_argument("--concurrency", type=_integer, default=32, help="requests in flight at most (>= 1)")
     p.add_argument("--abort-rate", type=_rate, default=0.2, help="share of requests aborted or cancelled, in [0, 1]")
@@ -63,7 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="share of requests with one CFG companion; with --parallel-rate at most 1")  # fmt: skip
     p.add_argument("--replica-deaths", type=_integer, default=None,
                    help="replicas that die during the run, at most one per stage of several replicas "
-                        "(default: 1 if there is such a stage)")  # fmt: skip
+                        "(none given: 1 if there is such a stage)")  # fmt: skip
     p.add_argument("--seed", type=int, default=0, help="random seed (any integer)")
     p.add_argument("--loop", choices=(EVENT, POLL), default=EVENT, help="the driver's loop")
     p.add_argument("--trace", default="omni-run.trace.jsonl", help="where to write the run's trace")
@@ -93,28 +96,34 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OptionError as exc:
         _argument_error(parser, exc)
     progress = None if args.no_progress else _progress_bar(options.requests)
+    no_new_trace = _NO_NEW_TRACE.format(trace=args.trace)
+    return interruptible("omni-run", lambda: _run(pipeline, options, args.trace, progress), no_new_trace)
+
+
+def _run(pipeline: Pipeline, options: WorkloadOptions, trace: str, progress: Callable[[int], None] | None) -> int:
     try:
-        report = asyncio.run(run_demo(pipeline, options, args.trace, progress))
+        report = asyncio.run(run_demo(pipeline, options, trace, progress))
     except OmniRuntimeError as exc:
-        print(f"omni-run: {exc}{_NO_NEW_TRACE.format(trace=args.trace)}", file=sys.stderr)
+        print(f"omni-run: {exc}{_NO_NEW_TRACE.format(trace=trace)}", file=sys.stderr)
         return 2
     except OSError as exc:  # the trace file could not be written
-        print(f"omni-run: {args.trace}: {exc.strerror or exc}{_NO_NEW_TRACE.format(trace=args.trace)}",
-              file=sys.stderr)  # fmt: skip
+        print(f"omni-run: {trace}: {exc.strerror or exc}{_NO_NEW_TRACE.format(trace=trace)}", file=sys.stderr)
         return 2
-    print(render(report, args.trace))
+    print(render(report, trace))
     return 1 if report.violations else 0
 
 
-def _progress_bar(total: int):  # type: ignore[no-untyped-def]
+def _progress_bar(total: int, every: float = 5.0) -> Callable[[int], None]:
+    """Return the progress display: a bar on a terminal; in a log, a line every ``every`` seconds and at the end."""
     width = 40
-
     on_terminal = sys.stderr.isatty()
-    quarters = {max(1, total * k // 4) for k in range(1, 5)}
+    next_line = [time.monotonic() + every]
 
     def show(done: int) -> None:
-        if not on_terminal:  # a log, not a screen: a line per quarter
-            if done in quarters:
+        if not on_terminal:  # a log, not a screen
+            now = time.monotonic()
+            if now >= next_line[0] or done >= total:
+                next_line[0] = now + every
                 print(f"progress: {done}/{total} requests", file=sys.stderr, flush=True)
             return
         filled = width * done // max(total, 1)

@@ -3,12 +3,17 @@
 Both loops hand the orchestrator every report a runtime produced before that runtime steps
 again, so they differ in cadence only: the routing, ordering and terminal contracts (and the
 message sequences, for aborts keyed to a request's k-th output) are the same on both.
+
+When the engine dies the host stops the orchestrator by itself; the engine then ends its loop
+tasks and shuts the runtimes down without waiting for ``shutdown()``, which stays idempotent and
+raises what went wrong (the loop's failure, a failed shutdown, listeners that raised).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections import deque
 from collections.abc import AsyncGenerator, Sequence
 from typing import Any
@@ -24,10 +29,14 @@ from omni_runtime.orchestrator import StepHook
 from omni_runtime.pipeline import Pipeline, require_pipeline
 
 EVENT, POLL = "event", "poll"
+_log = logging.getLogger("omni_runtime")
 
 
 class AsyncEngine:
-    """``async for message in engine.generate(prompt)``; a consumer that stops early aborts its request."""
+    """``async for message in engine.generate(prompt)``; a consumer that stops early aborts its request.
+
+    Listener errors are logged (logger ``omni_runtime``) when they happen and raised by ``shutdown()``.
+    """
 
     def __init__(self, pipeline: Pipeline, runtimes: Sequence[Sequence[rp.StageRuntime]] | None = None, *,
                  loop: str = EVENT, seed: int = 0, spec: Spec = SPEC, on_step: StepHook | None = None,
@@ -44,16 +53,23 @@ class AsyncEngine:
         self._tasks: list[asyncio.Task[None]] = []
         self._orchestrator_task: asyncio.Task[None] | None = None
         self._waiters: dict[tuple[type, int], asyncio.Future[cmd.Command]] = {}
+        self._readers: dict[int, asyncio.Event] = {}  #: request id -> set when its mailbox gets a message
         self.host.answered = self._answered
+        self.host.mailed = self._mailed
         self.loop_error: Exception | None = None  #: what made the orchestrator loop fail (raised by shutdown)
+        self._failures: list[tuple[str, BaseException]] = []  #: other failures shutdown() raises: (text, cause)
         self._shut = False
-        self.host.stop_runtimes = lambda: None  # deferred: the loop must stop first (see shutdown)
+        self._closing: asyncio.Task[None] | None = None  #: ends the loops after the engine stopped by itself
+        self.host.stop_runtimes = self._orchestrator_stopped  # deferred: the loop must stop first
 
     # -- lifecycle of the loops -------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Start the loop tasks in the running event loop (idempotent there; one loop per engine)."""
-        if self._shut:
+        """Start the loop tasks in the running event loop (idempotent there; one loop per engine).
+
+        Reports the runtimes buffered before (answering a call made before ``start``) are taken first.
+        """
+        if self._shut or self.host.orchestrator_stopped:
             raise EngineNotRunning("the engine is shut down")
         if self._tasks:
             if self._tasks[0].get_loop() is not asyncio.get_running_loop():
@@ -63,8 +79,12 @@ class AsyncEngine:
         self._idle.set()
         self._work = asyncio.Event()
         if self.mode == EVENT:
-            ready: deque[tuple[int, int]] = deque()  # (stage, replica) of each buffered report, in order
+            ready: deque[tuple[int, int]] = deque(  # (stage, replica) of each buffered report, in order
+                (stage, replica) for stage, replicas in enumerate(self.host.buffers)
+                for replica, buffer in enumerate(replicas) for _ in buffer)  # fmt: skip
             signal = asyncio.Event()
+            if ready:
+                signal.set()
 
             def notify(stage: int, replica: int) -> None:
                 ready.append((stage, replica))
@@ -134,26 +154,66 @@ class AsyncEngine:
         """The orchestrator loop failed: keep the error, end every open request (fatal), stop."""
         self.loop_error = exc
         self.host.history.append(f"orchestrator loop failed: {type(exc).__name__}: {exc}")
-        with contextlib.suppress(Exception):  # best effort: the state that broke the loop may break this too
+        _log.error("the orchestrator loop failed; every open request ends as fatal", exc_info=exc)
+        try:
             self.host.fail_engine()
+        except Exception as failed:  # the state that broke the loop broke this too: shutdown() says so
+            self._failures.append((f"failing the engine failed: {type(failed).__name__}: {failed}", failed))
+
+    def _orchestrator_stopped(self) -> None:
+        """The host's ``StopRuntimes``: unless ``shutdown()`` runs, end the loops and the runtimes now."""
+        if self._shut or self._closing is not None:
+            return
+        with contextlib.suppress(RuntimeError):  # no event loop runs: shutdown() will do it
+            self._closing = asyncio.get_running_loop().create_task(self._end_loops())
+
+    async def _end_loops(self) -> None:
+        """Cancel the loop tasks and wait for them; then shut the runtimes down and wake who still waits."""
+        tasks, self._tasks = self._tasks, []
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        if self.host.runtimes_stopped:
+            return
+        self.host.history.append("orchestrator loop ended")
+        try:
+            self.host.shutdown_runtimes()
+        except OmniRuntimeError as exc:
+            self._failures.append((str(exc), exc))
+        for arrived in self._readers.values():  # a reader whose request got no terminal ends (EngineNotRunning)
+            arrived.set()
+        for future in self._waiters.values():
+            if not future.done():
+                future.set_exception(EngineNotRunning("the engine shut down before the answer came"))
 
     async def shutdown(self) -> None:
         """Every open request gets its terminal; the orchestrator loop stops; then the runtimes shut down.
 
-        Raises ``OmniRuntimeError`` (after shutting everything down) if the loop had failed.
+        Idempotent; after an engine death the engine has shut itself down already. Raises
+        ``OmniRuntimeError`` (after shutting everything down) naming what went wrong and was not
+        reported yet: the loop's failure, a failure of the orchestrator's or a runtime's shutdown,
+        and the listeners that raised (each request aborted, each error logged when it happened).
         """
         self._shut = True
-        with contextlib.suppress(Exception):  # a loop that failed leaves the host as it could
+        try:
             self.host.shutdown()
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-        self._tasks.clear()
-        self.host.history.append("orchestrator loop ended")
-        self.host.shutdown_runtimes()
+        except Exception as exc:  # a loop that failed leaves the host as it could: stop the rest, then say so
+            self._failures.append((f"shutting down failed: {type(exc).__name__}: {exc}", exc))
+        if self._closing is not None:
+            await self._closing
+        await self._end_loops()
+        self._raise_failures()
+
+    def _raise_failures(self) -> None:
+        failures, self._failures = self._failures, []
         if self.loop_error is not None:
             error, self.loop_error = self.loop_error, None
-            raise OmniRuntimeError(f"the orchestrator loop failed: {type(error).__name__}: {error}") from error
+            failures.insert(0, (f"the orchestrator loop failed: {type(error).__name__}: {error}", error))
+        listeners = self.host.take_listener_errors()
+        if listeners is not None:
+            failures.append((str(listeners), listeners))
+        if failures:
+            raise OmniRuntimeError("; ".join(text for text, _ in failures)) from failures[0][1]
 
     async def __aenter__(self) -> AsyncEngine:
         await self.start()
@@ -166,25 +226,61 @@ class AsyncEngine:
 
     def submit(self, prompt: Prompt | None = None, n: int = 1, companions: int = 0,
                listener: Listener | None = None) -> int:  # fmt: skip
-        """Submit; return the id. ``listener`` gets each message synchronously (else the mailbox)."""
+        """Submit; return the id. ``listener`` gets each message synchronously, else read them with ``outputs``.
+
+        Without a listener the messages wait in the request's mailbox until ``outputs(rid)`` reads them.
+        """
         return self.host.submit(prompt or Prompt(), n, companions, listener)
 
     async def generate(self, prompt: Prompt | None = None, n: int = 1,
                        companions: int = 0) -> AsyncGenerator[ClientMessage, None]:  # fmt: skip
         """Yield the request's messages, the terminal last; stopping early (or cancelling) aborts it."""
         await self.start()
-        queue: asyncio.Queue[ClientMessage] = asyncio.Queue()
-        rid = self.submit(prompt, n, companions, queue.put_nowait)
+        rid = self.submit(prompt, n, companions)
+        async with contextlib.aclosing(self.outputs(rid)) as messages:
+            async for message in messages:
+                yield message
+
+    async def outputs(self, rid: int) -> AsyncGenerator[ClientMessage, None]:
+        """Yield the messages of ``rid`` (submitted without a listener), the terminal last; its mailbox goes with it.
+
+        Stopping early (or cancelling) aborts the request. Raises ``OmniRuntimeError`` if ``rid``
+        has no mailbox (unknown, read already, or it has a listener) or is being read already, and
+        ``EngineNotRunning`` if the engine ended without ending the request (a failed shutdown).
+        """
+        box = self.host.mailboxes.get(rid)
+        if box is None:
+            raise OmniRuntimeError(f"request {rid} has no mailbox (unknown, read already, or it has a listener)")
+        if rid in self._readers:
+            raise OmniRuntimeError(f"request {rid} is being read already")
+        if not (self._shut or self.host.orchestrator_stopped):
+            await self.start()
+        arrived = self._readers[rid] = asyncio.Event()
         finished = False
         try:
-            while not finished:
-                message = await queue.get()
+            while True:
+                while not box:
+                    if self.host.orchestrator_stopped or self.host.runtimes_stopped:  # nothing more will come
+                        raise EngineNotRunning(f"the engine shut down before request {rid} ended")
+                    arrived.clear()
+                    await arrived.wait()
+                message = box.popleft()
                 finished = message.finished
+                if finished:
+                    self.host.mailboxes.pop(rid, None)
                 yield message
+                if finished:
+                    return
         finally:
-            if not finished:
-                self.host.listeners.pop(rid, None)
+            self._readers.pop(rid, None)
+            if not finished:  # the consumer stopped early or was cancelled: abort (its mailbox goes too)
+                self.host.mailboxes.pop(rid, None)
                 self.host.cancel(rid)
+
+    def _mailed(self, rid: int) -> None:
+        arrived = self._readers.get(rid)
+        if arrived is not None:
+            arrived.set()
 
     def abort_nowait(self, rid: int) -> int:
         """Ask to abort ``rid`` now, not waiting for the answer (which is not kept); return the call id."""
@@ -192,12 +288,14 @@ class AsyncEngine:
 
     async def abort(self, rid: int) -> bool:
         """Abort ``rid``; return whether it took effect (``False``: the physical abort failed)."""
+        await self.start()
         call = self.host.abort(rid)
         answer = await self._answer(cmd.AbortAnswer, call, self.host.abort_answers)
         return answer.ok  # type: ignore[attr-defined,no-any-return]
 
     async def control(self, method: ControlMethod, level: int = 1, tags: frozenset[str] = frozenset()) -> None:
         """Run a control RPC on every live replica; raise ``RpcError`` carrying the worker's error."""
+        await self.start()
         call = self.host.control(method, level, tags)
         answer = await self._answer(cmd.RpcAnswer, call, self.host.rpc_answers)
         if not answer.ok:  # type: ignore[attr-defined]

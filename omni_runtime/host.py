@@ -3,10 +3,15 @@
 No asyncio: the synchronous engine and both asyncio loops share it. Each runtime's sink stamps
 its own stage and replica and buffers the report; the drivers decide when the orchestrator
 takes reports (pushed: event-driven; polled: the polling loop and the synchronous engine).
+
+When the engine dies (``EngineChanged(DEAD)``) the host shuts the system down by itself, once the
+commands already queued (the fatal terminals among them) are carried out: the orchestrator stops,
+then the runtimes (B9).
 """
 
 from __future__ import annotations
 
+import logging
 from collections import deque
 from collections.abc import Callable, Sequence
 
@@ -20,9 +25,15 @@ from omni_runtime.pipeline import Pipeline, require_pipeline
 
 Listener = Callable[[cmd.ClientMessage], None]
 
+_log = logging.getLogger("omni_runtime")
+#: what ``fail_engine`` drops from the queue: work for the runtimes (deliveries and answers still go out)
+_RUNTIME_COMMANDS = (cmd.Dispatch, cmd.AbortAt, cmd.RpcCall)
+
 
 class Host:
     """One orchestrator, its runtimes (``runtimes[stage][replica]``) and the client's mailboxes."""
+
+    LISTENER_ERRORS_KEPT = 8  #: listener errors kept (with their tracebacks) until reported; the rest are counted
 
     def __init__(self, pipeline: Pipeline, runtimes: Sequence[Sequence[rp.StageRuntime]], *, spec: Spec = SPEC,
                  on_step: StepHook | None = None) -> None:  # fmt: skip
@@ -46,11 +57,17 @@ class Host:
         self.notify: Callable[[int, int], None] = lambda stage, replica: None  #: a report was buffered
         self.wake: Callable[[int, int], None] = lambda stage, replica: None  #: a runtime was given work
         self.answered: Callable[[cmd.Command], None] = lambda answer: None
+        self.mailed: Callable[[int], None] = lambda rid: None  #: a message for ``rid`` landed in its mailbox
         self.stop_runtimes: Callable[[], None] = self.shutdown_runtimes
         self.pending: deque[cmd.Command] = deque()
         self._executing = False
-        #: (request id, exception) of each listener that raised: its request was aborted, nothing else
+        self._shutdown_due = False  #: the engine died: shut down once the queued commands are carried out
+        self._stopping_by_itself = False  #: that shutdown runs: no caller hears a runtime's failure to stop
+        self.deferred_error: OmniRuntimeError | None = None  #: that failure, raised by ``shutdown()``
+        #: (request id, exception) of the first listeners that raised since the last report (each
+        #: request was aborted, nothing else); ``listener_error_count`` counts them all, also those not kept
         self.listener_errors: list[tuple[int, Exception]] = []
+        self.listener_error_count = 0
         self._sinks = [[self._sink(stage, replica) for replica in range(len(r))] for stage, r in enumerate(runtimes)]
         for stage, replicas in enumerate(self.runtimes):
             for replica, runtime in enumerate(replicas):
@@ -92,7 +109,7 @@ class Host:
 
     def cancel(self, rid: int) -> None:
         """The consumer of ``rid`` stopped before its terminal: abort it if it still runs (the answer is dropped)."""
-        if rid in self.orchestrator.routes and not self.orchestrator_stopped:
+        if rid in self.orchestrator.routes and not (self.orchestrator_stopped or self.runtimes_stopped):
             self.abort_nowait(rid)
 
     def control(self, method: ControlMethod, level: int = 1, tags: frozenset[str] = frozenset()) -> int:
@@ -102,15 +119,44 @@ class Host:
         return call
 
     def fail_engine(self) -> None:
-        """The engine cannot go on (its loop failed): every open request ends as fatal."""
+        """The engine cannot go on (its loop failed): every open request ends as fatal, then it shuts down.
+
+        Of the commands a failed ``execute`` left queued, deliveries and answers (already decided:
+        their requests and callers are released) are still carried out; work for the runtimes is dropped.
+        """
         if not self.orchestrator_stopped:
+            decided = [c for c in self.pending if not isinstance(c, _RUNTIME_COMMANDS)]
             self.pending.clear()
-            self.execute(self.orchestrator.engine_died())
+            self.execute(decided + self.orchestrator.engine_died())
 
     def shutdown(self) -> None:
-        """Shut the orchestrator down (every open request gets its terminal), then the runtimes."""
+        """Shut the orchestrator down (every open request gets its terminal), then the runtimes; idempotent.
+
+        Raises ``OmniRuntimeError`` naming the runtimes that failed to shut down, also when that
+        happened as the engine shut itself down after its death (then once, here).
+        """
         if not self.orchestrator_stopped:
             self.execute(self.orchestrator.shutdown())
+        error, self.deferred_error = self.deferred_error, None
+        if error is not None:
+            raise error
+
+    def take_listener_errors(self) -> OmniRuntimeError | None:
+        """Return one error naming the listeners that raised since the last call (``None``: none); forget them."""
+        count, kept = self.listener_error_count, self.listener_errors
+        if not count:
+            return None
+        self.listener_errors, self.listener_error_count = [], 0
+        if count == 1:
+            rid, exc = kept[0]
+            error = OmniRuntimeError(f"the listener of request {rid} raised {exc!r}; the request is aborted")
+        else:
+            named = "; ".join(f"request {rid} raised {exc!r}" for rid, exc in kept)
+            more = f"; {count - len(kept)} more (logged)" if count > len(kept) else ""
+            error = OmniRuntimeError(f"the listeners of {count} requests raised (each request is aborted): "
+                                     f"{named}{more}")  # fmt: skip
+        error.__cause__ = kept[0][1]
+        return error
 
     # -- reports ------------------------------------------------------------------------------
 
@@ -135,9 +181,10 @@ class Host:
     def step(self, stage: int, replica: int) -> bool:
         """Step one runtime; return whether it has work left. One that raises is lost (``ReplicaDied``).
 
-        A lost replica is never stepped again: its ``ReplicaDied`` is taken before any runtime steps again.
+        A lost replica is never stepped again: its ``ReplicaDied`` is taken before any runtime steps again;
+        nor is any runtime once the orchestrator has stopped (nobody would take its reports).
         """
-        if not self.orchestrator.live[stage][replica]:
+        if self.orchestrator_stopped or not self.orchestrator.live[stage][replica]:
             return False
         try:
             return self.runtimes[stage][replica].step()
@@ -157,7 +204,10 @@ class Host:
     # -- commands -------------------------------------------------------------------------------
 
     def execute(self, commands: list[cmd.Command]) -> None:
-        """Carry out commands in order (a listener's nested call queues behind them)."""
+        """Carry out commands in order (a listener's nested call queues behind them).
+
+        After the engine died, and once every queued command is carried out, the system shuts down.
+        """
         if not commands and not self.pending:  # most reports change no command: nothing to do
             return
         self.pending.extend(commands)
@@ -165,8 +215,13 @@ class Host:
             return
         self._executing = True
         try:
-            while self.pending:
-                self._do(self.pending.popleft())
+            while True:
+                while self.pending:
+                    self._do(self.pending.popleft())
+                if not self._shutdown_due:
+                    break
+                self._shutdown_due, self._stopping_by_itself = False, True
+                self.pending.extend(self.orchestrator.shutdown())  # B9: after the fatal terminals, in order
         finally:
             self._executing = False
 
@@ -195,11 +250,22 @@ class Host:
             self.answered(c)
         elif kind is cmd.EngineChanged:
             self.engine_state = c.state  # type: ignore[attr-defined]
+            if c.state is EngineState.DEAD and not self.orchestrator_stopped:  # type: ignore[attr-defined]
+                self._shutdown_due = True
         elif kind is cmd.StopOrchestrator:
             self.orchestrator_stopped = True
             self.history.append("orchestrator stopped")
         elif kind is cmd.StopRuntimes:
+            self._stop_runtimes()
+
+    def _stop_runtimes(self) -> None:
+        if not self._stopping_by_itself:
             self.stop_runtimes()
+            return
+        try:
+            self.stop_runtimes()
+        except OmniRuntimeError as exc:  # nobody called: kept for ``shutdown()`` to raise
+            self.deferred_error = exc
 
     def _deliver(self, message: cmd.ClientMessage) -> None:
         listener = self.listeners.get(message.rid)
@@ -209,14 +275,21 @@ class Host:
             try:
                 listener(message)
             except Exception as exc:  # the consumer broke: like one that stopped early, its request is aborted
-                self.listener_errors.append((message.rid, exc))
-                self.listeners.pop(message.rid, None)
-                if not message.finished:
-                    self.cancel(message.rid)
+                self._listener_failed(message, exc)
         else:
             box = self.mailboxes.get(message.rid)
             if box is not None:
                 box.append(message)
+                self.mailed(message.rid)
+
+    def _listener_failed(self, message: cmd.ClientMessage, exc: Exception) -> None:
+        _log.error("the listener of request %d raised %r; the request is aborted", message.rid, exc, exc_info=exc)
+        self.listener_error_count += 1
+        if len(self.listener_errors) < self.LISTENER_ERRORS_KEPT:  # bounded: tracebacks hold frames
+            self.listener_errors.append((message.rid, exc))
+        self.listeners.pop(message.rid, None)
+        if not message.finished:
+            self.cancel(message.rid)
 
     def unclaim(self, call: int) -> None:
         """Nobody waits for the answer of abort or RPC ``call`` any more: drop it when it comes."""

@@ -2,11 +2,15 @@
 
 It drives the runtimes in-line (the polling loop without asyncio): every call that waits pumps
 the runtimes until its answer arrives.
+
+A listener that raises has its request aborted; its error is raised by ``run_until_idle()`` or
+``shutdown()``, never by a wait for another request's outputs, an abort or a control call.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 from omni_fsm import SPEC, ControlMethod, Spec
 from omni_runtime import protocol as rp
@@ -31,7 +35,6 @@ class Engine:
             runtimes = sim_runtimes(pipeline, seed)
         self.host = Host(pipeline, runtimes, spec=spec, on_step=on_step)
         self.max_idle_rounds = max_idle_rounds
-        self._listener_errors_seen = 0
 
     @property
     def orchestrator(self):  # type: ignore[no-untyped-def]
@@ -44,21 +47,28 @@ class Engine:
         return self.host.submit(prompt or Prompt(), n, companions, listener)
 
     def outputs(self, rid: int) -> Iterator[ClientMessage]:
-        """Yield the request's messages in order, the terminal last (pumping the runtimes as needed)."""
+        """Yield the request's messages in order, the terminal last (pumping the runtimes as needed).
+
+        A consumer that stops early (``break``, ``close()``) aborts the request. If pumping raises
+        (``OmniRuntimeError``: no progress) the request stays open and keeps its mailbox: calling
+        ``outputs(rid)`` again reads on.
+        """
         box = self.host.mailboxes.get(rid)
         if box is None:
             raise OmniRuntimeError(f"request {rid} has no mailbox (unknown, or consumed)")
-        try:
-            while True:
-                self._pump_until(lambda: bool(box))
-                message = box.popleft()
+        while True:
+            self._pump_until(lambda: bool(box))
+            message = box.popleft()
+            if message.finished:
+                self.host.mailboxes.pop(rid, None)
                 yield message
-                if message.finished:
-                    return
-        finally:
-            if not (box and box[-1].finished):
-                self.host.cancel(rid)  # the consumer stopped early: abort its request
-            self.host.mailboxes.pop(rid, None)
+                return
+            try:
+                yield message
+            except GeneratorExit:  # the consumer stopped early: abort its request
+                self.host.mailboxes.pop(rid, None)
+                self.host.cancel(rid)
+                raise
 
     def generate(self, prompt: Prompt | None = None, n: int = 1, companions: int = 0) -> list[ClientMessage]:
         """Submit and return every message of the request, the terminal last."""
@@ -67,13 +77,13 @@ class Engine:
     def abort(self, rid: int) -> bool:
         """Abort ``rid``; return whether the abort took effect (``False``: the physical abort failed)."""
         call = self.host.abort(rid)
-        self._pump_until(lambda: call in self.host.abort_answers)
+        self._wait_for(call, self.host.abort_answers)
         return self.host.abort_answers.pop(call).ok
 
     def control(self, method: ControlMethod, level: int = 1, tags: frozenset[str] = frozenset()) -> None:
         """Run a control RPC on every live replica; raise ``RpcError`` with the worker's error."""
         call = self.host.control(method, level, tags)
-        self._pump_until(lambda: call in self.host.rpc_answers)
+        self._wait_for(call, self.host.rpc_answers)
         answer = self.host.rpc_answers.pop(call)
         if not answer.ok:
             raise RpcError(method.value, answer.error or "unknown error")
@@ -83,34 +93,47 @@ class Engine:
         return self.host.abort_nowait(rid)
 
     def run_until_idle(self) -> None:
-        """Pump until no runtime has work and no report is buffered."""
+        """Pump until no runtime has work and no report is buffered.
+
+        Then raises ``OmniRuntimeError`` naming the listeners that raised since last reported (their
+        requests were aborted); each is reported once.
+        """
         idle = 0
         while idle < 2:
-            idle = 0 if self._pump() else idle + 1
+            idle = 0 if self.host.pump() else idle + 1
+        self._raise_listener_errors()
 
     def shutdown(self) -> None:
-        """Every open request gets its terminal; the orchestrator stops, then the runtimes."""
-        self.host.shutdown()
+        """Every open request gets its terminal; the orchestrator stops, then the runtimes; idempotent.
 
-    def _pump_until(self, done: object) -> None:
+        Raises ``OmniRuntimeError`` for runtimes that failed to shut down, else for listeners that
+        raised and were not reported yet (by ``run_until_idle``).
+        """
+        self.host.shutdown()
+        self._raise_listener_errors()
+
+    def _raise_listener_errors(self) -> None:
+        error = self.host.take_listener_errors()
+        if error is not None:
+            raise error
+
+    def _wait_for(self, call: int, answers: dict[int, Any]) -> None:
+        """Pump until call ``call`` is answered; if that raises, its answer is dropped when it comes."""
+        try:
+            self._pump_until(lambda: call in answers)
+        except BaseException:
+            self.host.unclaim(call)
+            raise
+
+    def _pump_until(self, done: Callable[[], bool]) -> None:
         idle = 0
-        while not done():  # type: ignore[operator]
-            if self._pump():
+        while not done():
+            if self.host.pump():
                 idle = 0
                 continue
             idle += 1
             if idle > self.max_idle_rounds or self.host.runtimes_stopped:
                 raise OmniRuntimeError("no progress: the runtimes are idle and the answer never came")
-
-    def _pump(self) -> bool:
-        """One polling round; a listener that raised in it is raised here (its request was aborted)."""
-        moved = self.host.pump()
-        errors = self.host.listener_errors
-        if len(errors) > self._listener_errors_seen:
-            rid, exc = errors[self._listener_errors_seen]
-            self._listener_errors_seen += 1
-            raise OmniRuntimeError(f"the listener of request {rid} raised {exc!r}; the request is aborted") from exc
-        return moved
 
     def __enter__(self) -> Engine:
         return self

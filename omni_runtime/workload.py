@@ -142,7 +142,13 @@ def sim_config(pipeline: Pipeline, options: WorkloadOptions) -> SimConfig:
 
 async def run_demo(pipeline: Pipeline, options: WorkloadOptions, trace_path: str,
                    progress: Callable[[int], None] | None = None) -> DemoReport:  # fmt: skip
-    """Run the workload on the simulator; return the summary (the trace is written to ``trace_path``)."""
+    """Run the workload on the simulator; return the summary (the trace is written to ``trace_path``).
+
+    A trace that cannot be written (disk full, file too large) stops being written; the run goes on
+    to its end and then raises that ``OSError``. Whatever ends the run early, every client task is
+    cancelled and the engine shut down while the trace is still open, and the trace's temporary file
+    is removed: ``trace_path`` keeps what it held before.
+    """
     pipeline = require_pipeline(pipeline, "run_demo")
     if not isinstance(options, WorkloadOptions):
         raise ConfigError(f"run_demo wants WorkloadOptions, not {type(options).__name__}")
@@ -152,12 +158,17 @@ async def run_demo(pipeline: Pipeline, options: WorkloadOptions, trace_path: str
     rng = random.Random(options.seed)
     config = sim_config(pipeline, options)
     report = DemoReport(pipeline.name, options.requests)
+    unwritten: list[OSError] = []  #: the trace's write error, if one came
     with TraceWriter(trace_path) as writer:
         writer.header(pipeline.kinds, pipeline.final, pipeline.slots)
 
         def on_step(event: ev.Event | None, outputs: list[ob.Observation]) -> None:
             monitor.step(event, outputs)
-            writer.step(event, outputs)
+            if not unwritten:
+                try:
+                    writer.step(event, outputs)
+                except OSError as exc:  # raised here it would kill the engine's loop: raised after the run
+                    unwritten.append(exc)
             tally.step(event, outputs)
 
         engine = AsyncEngine(pipeline, sim_runtimes(pipeline, options.seed, config), loop=options.loop,
@@ -183,8 +194,15 @@ async def run_demo(pipeline: Pipeline, options: WorkloadOptions, trace_path: str
 
         tasks = [asyncio.create_task(client(i)) for i in range(options.requests)]
         tasks.append(asyncio.create_task(_control_plane(engine, rng, faults)))
-        await asyncio.gather(*tasks)
-        await engine.shutdown()
+        try:
+            await asyncio.gather(*tasks)
+        finally:  # a run that ends early leaves no task behind to talk to a closed trace
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await engine.shutdown()
+        if unwritten:
+            raise unwritten[0]
         writer.end()
     monitor.finish()
     orch = engine.host.orchestrator

@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[2] / "omni_fsm"
-#: The shell around the core (command line, trace reader and writer, diagrams, registry files and their TOML).
-SHELL = {"cli.py", "explore.py", "tracecheck.py", "trace.py", "diagram.py", "traceability.py", "registry.py",
-         "_registry_model.py", "_registry_lock.py", "_toml_lines.py"}
+#: The shell around the core (command line and its interrupts, trace reader and writer, diagrams, registry files
+#: and their TOML).
+SHELL = {"cli.py", "interrupt.py", "explore.py", "tracecheck.py", "trace.py", "diagram.py", "traceability.py",
+         "registry.py", "_registry_model.py", "_registry_lock.py", "_toml_lines.py"}
 PURE = sorted(p for p in PACKAGE.rglob("*.py") if p.name not in SHELL)
 FORBIDDEN_MODULES = {"threading", "asyncio", "concurrent", "multiprocessing", "_thread", "queue", "socket",
                      "subprocess", "selectors", "torch", "vllm", "diffusers", "omni_runtime"}

@@ -60,18 +60,22 @@ def test_a_listener_that_raises_aborts_only_its_request(loop):
         raise ValueError("consumer broke")
 
     async def main():
-        async with AsyncEngine(pipeline, sim_runtimes(pipeline, seed=2), loop=loop) as engine:
-            bad = engine.submit(Prompt((9,)), listener=broken)
-            good = await asyncio.wait_for(_consume(engine, Prompt((1,))), 10)
-            for _ in range(1000):
-                if bad not in engine.host.orchestrator.routes:
-                    break
-                await asyncio.sleep(0.001)
-            return bad, good, engine
+        engine = AsyncEngine(pipeline, sim_runtimes(pipeline, seed=2), loop=loop)
+        await engine.start()
+        bad = engine.submit(Prompt((9,)), listener=broken)
+        good = await asyncio.wait_for(_consume(engine, Prompt((1,))), 10)
+        for _ in range(1000):
+            if bad not in engine.host.orchestrator.routes:
+                break
+            await asyncio.sleep(0.001)
+        kept = [(rid, type(exc)) for rid, exc in engine.host.listener_errors]
+        with pytest.raises(OmniRuntimeError, match=f"^the listener of request {bad} raised ValueError"):
+            await engine.shutdown()  # the error is reported (and logged when it happened), not swallowed
+        return bad, good, kept, engine
 
-    bad, good, engine = asyncio.run(main())
+    bad, good, kept, engine = asyncio.run(main())
     assert good[-1].outcome is Outcome.FINISHED
-    assert [(rid, type(exc)) for rid, exc in engine.host.listener_errors] == [(bad, ValueError)]
+    assert kept == [(bad, ValueError)] and engine.host.listener_errors == []
     assert_drained(engine.host.orchestrator)
 
 

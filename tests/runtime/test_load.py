@@ -46,7 +46,7 @@ class _Load:
         self.submitted += 1
         roll = self.rng.random()
         n, companions = (2, 0) if roll < 0.1 else (1, 1) if roll < 0.2 else (1, 0)
-        rid = self.engine.submit(Prompt((roll < 0.5, 2, 3)), n, companions, listener=self.on_message)
+        rid = self.engine.submit(Prompt((int(roll < 0.5), 2, 3)), n, companions, listener=self.on_message)
         if self.rng.random() < ABORT_RATE:  # before scheduling, mid-stage, between stages or after the end
             self.aborts.setdefault(self.round + 1 + self.rng.randint(0, 12), []).append(rid)
 

@@ -1,0 +1,72 @@
+"""omni-run ended from outside: one line, no traceback, and the trace path keeps what it held before.
+
+Ctrl-C and SIGTERM exit 130; a trace that cannot be written (here: a file size limit, as a full
+disk would) exits 2 naming the cause. In every case no temporary file is left beside the trace.
+A long run in a log (stderr not a terminal) says how far it got every few seconds.
+"""
+
+from __future__ import annotations
+
+import resource
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from omni_runtime.cli import _progress_bar
+
+EXAMPLE = str(Path(__file__).parents[2] / "examples" / "pipeline.toml")
+OMNI_RUN = [sys.executable, "-c", "import sys; from omni_runtime.cli import main; sys.exit(main())"]
+
+
+def leftovers(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir() if p.name != "run.jsonl")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_an_interrupted_run_says_so_in_one_line_and_leaves_the_trace_as_it_was(tmp_path: Path, sig: int) -> None:
+    trace = tmp_path / "run.jsonl"
+    trace.write_text("prev\n")
+    run = subprocess.Popen([*OMNI_RUN, EXAMPLE, "--requests", "100000", "--no-progress", "--trace", str(trace)],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    deadline = time.monotonic() + 60
+    while not leftovers(tmp_path) and time.monotonic() < deadline:  # the run is writing its temporary trace
+        time.sleep(0.05)
+    assert leftovers(tmp_path), "the run never started writing"
+    time.sleep(0.3)
+    run.send_signal(sig)
+    out, err = run.communicate(timeout=60)
+    assert run.returncode == 130, err
+    assert err == f"omni-run: interrupted (no new trace written; {trace} keeps what it held before)\n"
+    assert out == ""
+    assert trace.read_text() == "prev\n" and leftovers(tmp_path) == []
+
+
+def test_a_trace_that_cannot_be_written_is_named_in_one_line(tmp_path: Path) -> None:
+    trace = tmp_path / "run.jsonl"
+    trace.write_text("prev\n")
+
+    def small_files() -> None:  # a file may grow to 20 KB: writing past it fails with EFBIG, as a full disk would
+        resource.setrlimit(resource.RLIMIT_FSIZE, (20_000, 20_000))
+
+    done = subprocess.run([*OMNI_RUN, EXAMPLE, "--requests", "300", "--no-progress", "--trace", str(trace)],
+                          capture_output=True, text=True, timeout=120, preexec_fn=small_files)  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert done.stderr == (f"omni-run: {trace}: File too large (no new trace written; {trace} keeps what it "
+                           "held before)\n")  # fmt: skip
+    assert trace.read_text() == "prev\n" and leftovers(tmp_path) == []
+
+
+def test_progress_in_a_log_is_a_line_every_few_seconds_and_one_at_the_end(monkeypatch, capsys) -> None:
+    clock = [100.0]
+    monkeypatch.setattr(time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: False)
+    show = _progress_bar(1000, every=5.0)
+    for done, now in ((1, 101.0), (2, 104.9), (3, 105.0), (4, 106.0), (5, 110.5), (1000, 111.0)):
+        clock[0] = now
+        show(done)
+    assert capsys.readouterr().err.splitlines() == ["progress: 3/1000 requests", "progress: 5/1000 requests",
+                                                    "progress: 1000/1000 requests"]  # fmt: skip
