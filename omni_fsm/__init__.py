@@ -1,8 +1,8 @@
 """omni_fsm: the request lifecycle of a multi-stage inference engine as one checked table.
 
 The public API is re-exported here. The trace reader and writer (``TraceWriter``,
-``read_trace``, ``write_trace``, from ``omni_fsm.trace``) are re-exported lazily, on first use;
-the command line (``omni_fsm.cli``), the ``transitions`` reference machine
+``read_trace`` and the ``Step`` it yields, ``write_trace``, from ``omni_fsm.trace``) are
+re-exported lazily, on first use; the command line (``omni_fsm.cli``), the ``transitions`` reference machine
 (``omni_fsm.reference``) and the diagrams (``omni_fsm.diagram``) are imported only by who needs
 them; so ``import omni_fsm`` stays light and free of I/O.
 """
@@ -39,9 +39,10 @@ from omni_fsm.invariants import Monitor, Violation, check_history, same_client_s
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:  # for type checkers; at run time ``__getattr__`` imports them on first use
-    from omni_fsm.trace import TraceWriter, read_trace, write_trace
+    from omni_fsm.trace import Step, TraceWriter, read_trace, write_trace
 
-_LAZY = {"TraceWriter": "omni_fsm.trace", "read_trace": "omni_fsm.trace", "write_trace": "omni_fsm.trace"}
+_LAZY = {"Step": "omni_fsm.trace", "TraceWriter": "omni_fsm.trace", "read_trace": "omni_fsm.trace",
+         "write_trace": "omni_fsm.trace"}
 
 
 def __getattr__(name: str) -> Any:
@@ -85,6 +86,7 @@ __all__ = [
     "Row",
     "Spec",
     "StageKind",
+    "Step",
     "StopKind",
     "TraceWriter",
     "Violation",

@@ -67,6 +67,8 @@ class Bound:
 
     def pipeline(self) -> tuple[tuple[StageKind, ...], tuple[bool, ...]]:
         """Return (stage kinds, final-output flags)."""
+        if self.stages < 1:
+            raise ConfigError("stages must be at least 1")
         kinds = self.kinds or (StageKind.AR,) * self.stages
         if len(kinds) != self.stages:
             raise ConfigError(f"{len(kinds)} stage kinds given for {self.stages} stages")

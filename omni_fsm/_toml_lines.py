@@ -76,7 +76,7 @@ def read(path: Path, shown: str) -> str:
     except OSError as exc:
         raise MalformedInput(shown, 0, f"cannot read: {exc.strerror or exc}") from None
     try:
-        return data.decode("utf-8")
+        return data.decode("utf-8-sig")  # a byte-order mark some editors write is not part of the text
     except UnicodeDecodeError as exc:
         line = data.count(b"\n", 0, exc.start) + 1
         raise MalformedInput(shown, line, f"not UTF-8 text (byte 0x{data[exc.start]:02x})") from None

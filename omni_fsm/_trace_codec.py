@@ -241,6 +241,7 @@ class TraceHeader:
 
 
 _STAGE_KIND = _enum(StageKind)
+
 _HEADER_SHAPE = f'the header {{"{VERSION_KEY}": {FORMAT_VERSION}, "stages": [...], "capacity": N}}'
 
 

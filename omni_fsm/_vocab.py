@@ -7,6 +7,9 @@ says how the states connect.
 from __future__ import annotations
 
 import enum
+from collections.abc import Iterable
+
+from omni_fsm.errors import ConfigError
 
 
 class IdentityHashedEnum(enum.Enum):
@@ -173,3 +176,15 @@ class ControlMethod(IdentityHashedEnum):
     WAKE_UP = "wake_up"
     PAUSE_SCHEDULER = "pause_scheduler"
     RESUME_SCHEDULER = "resume_scheduler"
+
+
+def stage_kinds(kinds: Iterable[object]) -> tuple[StageKind, ...]:
+    """Return ``kinds`` as ``StageKind`` members (``"ar"`` is ``StageKind.AR``); ``ConfigError`` names a bad one."""
+    by_value = {kind.value: kind for kind in StageKind}
+    members: list[StageKind] = []
+    for i, kind in enumerate(kinds):
+        member = kind if isinstance(kind, StageKind) else by_value.get(kind) if type(kind) is str else None
+        if member is None:
+            raise ConfigError(f"stage {i} kind: expected one of {sorted(by_value)}, got {kind!r}")
+        members.append(member)
+    return tuple(members)

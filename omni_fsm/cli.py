@@ -1,14 +1,21 @@
 """``omni-fsm``: the command line, a thin shell around the pure core.
 
-Subcommands import their modules lazily, so ``import omni_fsm`` never pays for them.
+``import omni_fsm`` never imports this module; running it imports every subcommand's module to
+build the parser. Ctrl-C and SIGTERM end any subcommand with one line and exit 130 (a trace or
+counterexample being written leaves no temporary file); a reader that goes away (``| head``)
+ends it quietly with exit 141.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
+import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+
+from omni_fsm.interrupt import interruptible
 
 #: subcommand -> (module, function, one-line help). Each function takes the parsed namespace
 #: and returns the exit code; each module also provides ``add_arguments(parser)``.
@@ -18,23 +25,51 @@ SUBCOMMANDS: dict[str, tuple[str, str, str]] = {
     "diagram": ("omni_fsm.diagram", "main", "print the lifecycle as a mermaid state diagram"),
     "traceability": ("omni_fsm.traceability", "main", "print docs/traceability.md from specs/"),
 }
+#: subcommand -> (option, option, why): options that do not combine.
+CONFLICTS: dict[str, tuple[str, str, str]] = {
+    "diagram": ("engine", "markdown", "the markdown document holds both diagrams"),
+}
+BROKEN_PIPE = 141  #: the exit status when stdout's reader went away (128 + SIGPIPE, as the shell reports it)
+
+
+def _build() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
+    parser = argparse.ArgumentParser(prog="omni-fsm", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    parsers: dict[str, argparse.ArgumentParser] = {}
+    for name, (module, _, help_text) in SUBCOMMANDS.items():
+        parsers[name] = sub.add_parser(name, help=help_text, description=help_text)
+        importlib.import_module(module).add_arguments(parsers[name])
+    return parser, parsers
 
 
 def build_parser() -> argparse.ArgumentParser:
     """Return the argument parser with every subcommand registered."""
-    parser = argparse.ArgumentParser(prog="omni-fsm", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
-    for name, (module, _, help_text) in SUBCOMMANDS.items():
-        sub_parser = sub.add_parser(name, help=help_text, description=help_text)
-        importlib.import_module(module).add_arguments(sub_parser)
-    return parser
+    return _build()[0]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``omni-fsm``; return the process exit code."""
-    args = build_parser().parse_args(argv)
+    parser, parsers = _build()
+    args = parser.parse_args(argv)
+    if args.command in CONFLICTS:
+        first, second, why = CONFLICTS[args.command]
+        if getattr(args, first) and getattr(args, second):
+            parsers[args.command].error(f"argument --{first}: not allowed with argument --{second} ({why})")
     module, func, _ = SUBCOMMANDS[args.command]
-    code: int = getattr(importlib.import_module(module), func)(args)
+    run: Callable[[argparse.Namespace], int] = getattr(importlib.import_module(module), func)
+    return interruptible(f"omni-fsm {args.command}", lambda: _quiet_on_broken_pipe(run, args))
+
+
+def _quiet_on_broken_pipe(run: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
+    """Return ``run(args)``, or ``BROKEN_PIPE`` without a traceback when stdout's reader went away."""
+    try:
+        code = run(args)
+        sys.stdout.flush()  # a reader gone is noticed here, not in the interpreter's last flush
+    except BrokenPipeError:
+        # the interpreter flushes stdout once more on exit: let that go nowhere (unless stdout is no file)
+        with contextlib.suppress(OSError, ValueError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return BROKEN_PIPE
     return code
 
 

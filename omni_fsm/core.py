@@ -26,6 +26,7 @@ from omni_fsm._vocab import (
     ReqState,
     Role,
     StageKind,
+    stage_kinds,
 )
 from omni_fsm.errors import ConfigError, InternalError, LifecycleError
 
@@ -72,7 +73,7 @@ class Lifecycle:
 
     def __init__(self, kinds: Iterable[StageKind], final: Iterable[bool], capacity: int = 1 << 30,
                  spec: Spec = SPEC) -> None:
-        kinds_t, final_t = tuple(kinds), tuple(final)
+        kinds_t, final_t = stage_kinds(kinds), tuple(final)  # "ar" is StageKind.AR; anything else is refused
         if not kinds_t or len(kinds_t) != len(final_t):
             raise ConfigError("a pipeline needs at least one stage and one 'final' flag per stage")
         if not final_t[-1]:
@@ -126,13 +127,15 @@ class Lifecycle:
         """Apply ``event`` (and the internal events it fans out to); return the observations.
 
         Raises ``LifecycleError`` (and changes nothing) when the embedding program's call is not
-        allowed in the current state.
+        allowed in the current state, ``TypeError`` when ``event`` is no event.
         """
         out: Out = []
         if isinstance(event, ev.RequestEvent):
             self._request(event, out, True)
-        else:
+        elif isinstance(event, ev.Event):
             self._engine(event, out)
+        else:
+            raise TypeError(f"Lifecycle.handle takes an event of omni_fsm.events, got {event!r}")
         if self._queue:
             self._drain(out)
         return out

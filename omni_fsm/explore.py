@@ -59,8 +59,16 @@ def bound_from_args(args: argparse.Namespace) -> Bound:
     if unknown:
         raise ValueError(f"unknown event families: {', '.join(sorted(unknown))}")
     kinds = tuple(StageKind(k.strip()) for k in args.kinds.split(",") if k.strip())
-    if args.requests < 1 or args.n < 1 or args.companions < 0 or args.capacity < 1 or args.max_tokens < 0:
-        raise ValueError("requests, n and capacity must be >= 1; companions and max-tokens >= 0")
+    for flag, value, least in (("--requests", args.requests, 1), ("--stages", args.stages, 1),
+                               ("--final-stages", args.final_stages, 1), ("--n", args.n, 1),
+                               ("--companions", args.companions, 0), ("--capacity", args.capacity, 1),
+                               ("--max-tokens", args.max_tokens, 0)):  # fmt: skip
+        if value < least:
+            raise ValueError(f"{flag} must be at least {least}")
+    if args.final_stages > args.stages:
+        raise ValueError(f"--final-stages must be at most --stages ({args.stages})")
+    if kinds and len(kinds) != args.stages:
+        raise ValueError(f"--kinds names {len(kinds)} stage kinds for --stages {args.stages}")
     bound = Bound(args.requests, args.stages, args.final_stages, args.n, args.companions, args.capacity,
                   args.max_tokens, kinds, frozenset(families))
     bound.pipeline()  # validates stages / kinds / final stages
@@ -98,8 +106,10 @@ def main(args: argparse.Namespace) -> int:
 
 def _unwritable(folder: Path) -> str | None:
     """Return why counterexample traces cannot be written into ``folder`` (``None``: they can)."""
+    from omni_fsm.trace import make_folder
+
     try:
-        folder.mkdir(parents=True, exist_ok=True)
+        make_folder(folder)
     except OSError as exc:
         return exc.strerror or str(exc)
     if not os.access(folder, os.W_OK | os.X_OK):

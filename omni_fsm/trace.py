@@ -25,6 +25,7 @@ import io
 import json
 import os
 import secrets
+import stat
 from collections.abc import Iterable, Iterator, Sequence
 from typing import IO, Any, NamedTuple
 
@@ -51,7 +52,7 @@ from omni_fsm._trace_codec import END_KEY as END_KEY
 from omni_fsm._trace_codec import VERSION_KEY as VERSION_KEY
 from omni_fsm._trace_codec import Decode as Decode
 from omni_fsm._trace_codec import Item as Item
-from omni_fsm._vocab import StageKind
+from omni_fsm._vocab import StageKind, stage_kinds
 from omni_fsm.errors import ConfigError, MalformedInput
 
 # -- reading -----------------------------------------------------------------------------------
@@ -187,7 +188,7 @@ class TraceReader:
         if type(obj) is not dict:
             raise self._bad(number, f"expected a JSON object, got {_json_type(obj)}")
         if END_KEY in obj and "in" not in obj and "out" not in obj:
-            if obj != {END_KEY: True}:
+            if set(obj) != {END_KEY} or obj[END_KEY] is not True:  # not ``!=``: 1 == 1.0 == True in Python
                 raise self._bad(number, 'the end marker must be exactly {"end": true}')
             return None
         if "in" not in obj and "out" not in obj:
@@ -220,10 +221,32 @@ def read_trace(source: Source, name: str | None = None) -> TraceReader:
 # -- writing -----------------------------------------------------------------------------------
 
 
+def make_folder(folder: str | os.PathLike[str]) -> None:
+    """Create ``folder`` and its missing parents; a file in its place is ``NotADirectoryError``, not "File exists"."""
+    try:
+        os.makedirs(folder, exist_ok=True)
+    except FileExistsError:  # exist_ok forgives only a directory: something else holds the name
+        raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), os.fspath(folder)) from None
+
+
+def _target(path: str) -> str:
+    """Return where a trace for ``path`` goes: a symlink's target (the link stays), else ``path`` itself."""
+    return os.path.realpath(path) if os.path.islink(path) else path
+
+
+def _is_special(path: str) -> bool:
+    """Return whether ``path`` is a FIFO, a device or a socket: written into, never replaced by a file."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:  # missing (the common case), or a parent in the way: the temporary file says why
+        return False
+    return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode))
+
+
 def _open_beside(path: str) -> tuple[str, IO[str]]:
     """Return (name, stream) of a new temporary file in ``path``'s directory (created if missing)."""
     folder, base = os.path.split(path)
-    os.makedirs(folder or ".", exist_ok=True)
+    make_folder(folder or ".")
     if os.path.isdir(path):  # fail now, not after a whole run, when the path can never be replaced
         raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), path)
     while True:
@@ -248,15 +271,20 @@ class TraceWriter:
     Given a path, it writes a temporary file beside it (``.NAME.XXXXXXXX.tmp``) and moves it onto
     the path (``os.replace``) when the end marker is written, so the path only ever holds a
     whole trace: if the run fails or the writer is closed before ``end``, the temporary file is
-    removed and the path is left as it was.
+    removed and the path is left as it was. A symlink is written through: the temporary file
+    goes beside its target, which it replaces. A FIFO or a device (``/dev/null``) is written
+    straight into, as a stream is: there is nothing to replace.
     """
 
     def __init__(self, target: IO[str] | str | os.PathLike[str]) -> None:
         self._path: str | None = None
         self._temp = ""
-        if isinstance(target, (str, os.PathLike)):
-            self._path = os.fspath(target)
+        self._owned: IO[str] | None = None  #: a FIFO or device this writer opened (and closes)
+        if isinstance(target, (str, os.PathLike)) and not _is_special(os.fspath(target)):
+            self._path = _target(os.fspath(target))
             self._temp, self._stream = _open_beside(self._path)
+        elif isinstance(target, (str, os.PathLike)):
+            self._stream = self._owned = open(target, "w", encoding="utf-8")  # noqa: SIM115 - closed by close()
         else:
             self._stream = target
         self._header_written = self._any_input = self._ended = self._closed = False
@@ -268,7 +296,10 @@ class TraceWriter:
         """Write the header line (once, first)."""
         if self._header_written:
             raise ConfigError("the header is already written")
-        head = TraceHeader(tuple(kinds), tuple(final), capacity)
+        kinds_t, final_t = stage_kinds(kinds), tuple(final)
+        if not kinds_t or len(kinds_t) != len(final_t):  # what ``Lifecycle`` refuses, in its words
+            raise ConfigError("a pipeline needs at least one stage and one 'final' flag per stage")
+        head = TraceHeader(kinds_t, final_t, capacity)
         try:
             parse_header(head.encode())  # never write a header the reader would refuse
         except ValueError as err:
@@ -301,11 +332,15 @@ class TraceWriter:
         self._publish()
 
     def _publish(self) -> None:
-        """Close the file and move it onto its path, whatever it holds (flush a stream)."""
+        """Close the file and move it onto its path, whatever it holds (close a FIFO or device; flush a stream)."""
+        if self._closed:
+            return
+        if self._owned is not None:
+            self._closed = True
+            self._owned.close()  # flushes: a failure (a FIFO's reader gone) is the caller's to see
+            return
         if self._path is None:
             self._stream.flush()
-            return
-        if self._closed:
             return
         self._closed = True
         try:
@@ -319,7 +354,12 @@ class TraceWriter:
 
     def close(self) -> None:
         """Flush a stream; for a path, remove the temporary file unless ``end`` already put it in place."""
-        if self._path is None:
+        if self._owned is not None:  # a FIFO or device: nothing to remove, just let go of it
+            if not self._closed:
+                self._closed = True
+                with contextlib.suppress(OSError):
+                    self._owned.close()
+        elif self._path is None:
             self._stream.flush()
         elif not self._closed:
             self._closed = True
@@ -346,7 +386,7 @@ def _write_all(writer: TraceWriter, kinds: Sequence[StageKind], final: Sequence[
 
 def write_trace(path: str | os.PathLike[str], kinds: Sequence[StageKind], final: Sequence[bool], capacity: int,
                 steps: Steps, complete: bool = True) -> None:
-    """Write a whole history to ``path`` at once (a temporary file moved into place); return nothing.
+    """Write a whole history to ``path`` at once, as ``TraceWriter`` writes a path; return nothing.
 
     With ``complete`` it ends with the end marker; without, it is a deliberately incomplete trace.
     """

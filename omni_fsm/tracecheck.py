@@ -4,9 +4,9 @@ The trace is streamed through ``Monitor.step`` (and ``Monitor.finish`` when it e
 marker). Exit codes: 0 clean; 1 violations, each with its invariant, request, line and that
 request's recent lines; 2 malformed input, as ``FILE:LINE: reason`` on stderr; 3 an internal
 error; 4 incomplete: no violation, but no end marker either (cut off, or still being written),
-as ``FILE:LINE: ...`` on stderr, unless ``--allow-incomplete`` accepts a prefix. Memory: the
-monitor's view per distinct id, plus the last ``--context`` lines of each open request (dropped
-at its ``released``).
+as ``FILE:LINE: ...`` on stderr, unless ``--allow-incomplete`` accepts a prefix; and, from
+``omni_fsm.cli``, 130 interrupted, 141 stdout's reader gone. Memory: the monitor's view per
+distinct id, plus the last ``--context`` lines of each open request (dropped at its ``released``).
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from omni_fsm.trace import Item, Step, dumps, read_trace
 
 CLEAN, VIOLATIONS, MALFORMED, INTERNAL, INCOMPLETE = 0, 1, 2, 3, 4
 DEFAULT_CONTEXT = 6
+MAX_CONTEXT = 10_000  #: the most recent lines ``--context`` may keep per request
 PROGRESS_AFTER, PROGRESS_EVERY = 2.0, 5.0  #: seconds before the first progress line, and between lines
 #: Called now and then on a long check with (steps judged, line reached, seconds so far).
 Progress = Callable[[int, int, float], None]
@@ -154,9 +155,13 @@ def check_trace(path: str, context: int = DEFAULT_CONTEXT, progress: Progress | 
 
 
 def _context_size(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError("must be 0 or more")
+    """Return ``--context``'s value: an integer from 0 to ``MAX_CONTEXT``."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if not 0 <= value <= MAX_CONTEXT:
+        raise argparse.ArgumentTypeError(f"expected an integer from 0 to {MAX_CONTEXT}, got {text!r}")
     return value
 
 
@@ -164,7 +169,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Register the ``check`` subcommand's arguments."""
     parser.add_argument("file", metavar="FILE", help="a JSONL lifecycle trace (see docs/trace-format.md)")
     parser.add_argument("--context", metavar="N", type=_context_size, default=DEFAULT_CONTEXT,
-                        help=f"recent lines shown per violation (default {DEFAULT_CONTEXT})")
+                        help=f"recent lines shown per violation, 0 to {MAX_CONTEXT} (default {DEFAULT_CONTEXT})")
     parser.add_argument("--allow-incomplete", action="store_true",
                         help="judge a trace without its end marker (cut off, or still being written) as the "
                         "steps present: exit 0 if none breaks an invariant (default: such a trace exits 4)")

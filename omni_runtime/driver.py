@@ -230,7 +230,7 @@ class AsyncEngine:
 
         Without a listener the messages wait in the request's mailbox until ``outputs(rid)`` reads them.
         """
-        return self.host.submit(prompt or Prompt(), n, companions, listener)
+        return self.host.submit(Prompt() if prompt is None else prompt, n, companions, listener)
 
     async def generate(self, prompt: Prompt | None = None, n: int = 1,
                        companions: int = 0) -> AsyncGenerator[ClientMessage, None]:  # fmt: skip

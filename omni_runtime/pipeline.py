@@ -25,6 +25,7 @@ _STAGE_FIELDS: dict[str, type] = {"name": str, "kind": StageKind, "final": bool,
                                   "adapter": str, "max_tokens": int, "steps": int}  # fmt: skip
 _PIPELINE_FIELDS: dict[str, type] = {"name": str, "capacity": int}
 _MINIMUM = {"replicas": 1, "max_running": 1, "max_tokens": 1, "steps": 1, "capacity": 0}
+_MAXIMUM = {"replicas": 1024}  #: a replica is a runtime made at start: more would only exhaust memory
 _TYPE_WORDS = {str: "a string", bool: "true or false", int: "an integer", StageKind: "a StageKind"}
 
 
@@ -35,8 +36,10 @@ def _field_problem(fields: dict[str, type], key: str, value: Any) -> str | None:
         return f"{key} must be {_TYPE_WORDS[want]}, not {value!r}"
     if isinstance(value, int) and want is int and value < _MINIMUM[key]:
         return f"{key} must be at least {_MINIMUM[key]}"
-    if want is str and not value:
-        return f"{key} must not be empty"
+    if isinstance(value, int) and want is int and value > _MAXIMUM.get(key, value):
+        return f"{key} must be at most {_MAXIMUM[key]}"
+    if isinstance(value, str) and not value.strip():
+        return f"{key} must not be empty or blank"
     if key == "adapter" and value not in INPUT_ADAPTERS:
         return f"unknown adapter {value!r} (known: {', '.join(sorted(INPUT_ADAPTERS))})"
     return None
@@ -233,7 +236,7 @@ def _stage(lines: toml_lines.Lines, path: str, i: int, entry: Any) -> StageSpec:
                 reason = f"unknown kind {value!r} (known: {known})"
         reason = reason or _field_problem(_STAGE_FIELDS, key, fields[key])
         if reason is not None:
-            raise PipelineError(path, lines.find("stages", i, key), reason)
+            raise PipelineError(path, lines.find("stages", i, key), f"stage {i}: {reason}")
     if "kind" not in fields:
         raise PipelineError(path, lines.find("stages", i), "stage needs a kind ('ar' or 'diffusion')")
     if i > 0 and "adapter" not in fields:

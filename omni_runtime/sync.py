@@ -44,7 +44,7 @@ class Engine:
     def submit(self, prompt: Prompt | None = None, n: int = 1, companions: int = 0,
                listener: Listener | None = None) -> int:  # fmt: skip
         """Submit a request; return its id. ``listener`` gets each message as it comes (else ``outputs``)."""
-        return self.host.submit(prompt or Prompt(), n, companions, listener)
+        return self.host.submit(Prompt() if prompt is None else prompt, n, companions, listener)
 
     def outputs(self, rid: int) -> Iterator[ClientMessage]:
         """Yield the request's messages in order, the terminal last (pumping the runtimes as needed).

@@ -57,12 +57,19 @@ def check_runtime(factory: KitFactory, max_examples: int = 30, shrink: bool = Tr
 
 
 def load_factory(spec: str) -> KitFactory:
-    """Return the factory named ``package.module:name``."""
+    """Return the factory named ``package.module:name``; ``ValueError`` says what is wrong with ``spec``."""
     module, _, name = spec.partition(":")
     if not module or not name:
         raise ValueError(f"--omni-runtime wants package.module:factory, got {spec!r}")
-    factory: KitFactory = getattr(importlib.import_module(module), name)
-    return factory
+    try:
+        found = importlib.import_module(module)
+    except ImportError as exc:
+        raise ValueError(f"--omni-runtime={spec}: cannot import {module}: {exc}") from None
+    factory = getattr(found, name, None)
+    if not callable(factory):
+        what = "has no" if factory is None else f"has a {type(factory).__name__}, not a callable,"
+        raise ValueError(f"--omni-runtime={spec}: module {module} {what} {name!r}")
+    return factory  # type: ignore[no-any-return]
 
 
 def sim_factory(spec, stage, replica, rpc_fails):  # type: ignore[no-untyped-def]
@@ -87,6 +94,13 @@ def pytest_collection_modifyitems(session, config, items):  # type: ignore[no-un
     spec = config.getoption("--omni-runtime")
     if spec:
         from omni_runtime.testing._plugin import ConformanceItem
+
+        try:
+            load_factory(spec)  # a wrong name is a usage error, not a failed test
+        except ValueError as exc:
+            import pytest
+
+            raise pytest.UsageError(str(exc)) from None
 
         items.append(ConformanceItem.from_parent(session, name=f"omni-runtime-conformance[{spec}]", spec=spec,
                                                  may_die=config.getoption("--omni-runtime-may-die")))  # fmt: skip

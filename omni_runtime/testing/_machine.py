@@ -25,6 +25,10 @@ def stage_specs() -> st.SearchStrategy[StageSpec]:
                      steps=st.integers(1, 4))  # fmt: skip
 
 
+#: what a ``StageRuntime`` implements
+_PROTOCOL_METHODS = ("bind", "add_request", "abort_requests", "control", "step", "shutdown")
+
+
 class ConformanceError(AssertionError):
     """A runtime broke its protocol; the message names the invariant."""
 
@@ -42,7 +46,12 @@ def make_machine(factory: KitFactory, rpc_fails: bool = False, may_die: bool = F
         @initialize(spec=stage_specs())
         def start(self, spec: StageSpec) -> None:
             self.spec = spec
-            self.runtime = factory(spec, 0, 0, rpc_fails)
+            runtime = factory(spec, 0, 0, rpc_fails)
+            if not isinstance(runtime, StageRuntime):  # (teardown then has nothing to drive)
+                lacks = [m for m in _PROTOCOL_METHODS if not callable(getattr(runtime, m, None))]
+                raise ConformanceError(f"the factory made a {type(runtime).__name__}, not a StageRuntime "
+                                       f"(it lacks {', '.join(lacks)})")  # fmt: skip
+            self.runtime = runtime
             self.runtime.bind(self.checker)
 
         @rule(tokens=st.lists(st.integers(0, 99), max_size=4))

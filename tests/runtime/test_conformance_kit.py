@@ -87,3 +87,19 @@ def test_pytest_plugin_passes_the_simulator_and_fails_a_faulty_runtime():
     assert dies.returncode == 1 and "ORCH-INV-101" in dies.stdout, dies.stdout + dies.stderr
     may_die = _pytest("--omni-runtime=faulty_runtimes:DiesAtOnce", "--omni-runtime-may-die")
     assert may_die.returncode == 0, may_die.stdout + may_die.stderr
+
+
+@pytest.mark.parametrize(("spec", "why"), [
+    ("nosuch_module:factory", "--omni-runtime=nosuch_module:factory: cannot import nosuch_module"),
+    ("faulty_runtimes", "--omni-runtime wants package.module:factory, got 'faulty_runtimes'"),
+    ("faulty_runtimes:nothing", "--omni-runtime=faulty_runtimes:nothing: module faulty_runtimes has no 'nothing'"),
+])  # fmt: skip
+def test_pytest_plugin_calls_a_wrong_factory_name_a_usage_error(spec, why):
+    done = _pytest(f"--omni-runtime={spec}")
+    assert done.returncode == pytest.ExitCode.USAGE_ERROR, done.stdout + done.stderr
+    assert f"ERROR: {why}" in done.stderr and "Traceback" not in done.stdout + done.stderr
+
+
+def test_kit_names_what_a_factory_made_that_is_not_a_runtime():
+    with pytest.raises(ConformanceError, match=r"the factory made a object, not a StageRuntime \(it lacks bind, "):
+        check_runtime(lambda spec, stage, replica, rpc_fails: object(), max_examples=1)

@@ -33,7 +33,11 @@ MALFORMED = [
     ("[[stages]]\nkind = 'ar\n", 2, "not valid TOML"),
     # wrong types are refused, not converted
     (ONE + "name = 5\n", 4, "name must be a string, not 5"),
-    (ONE + "name = ''\n", 4, "name must not be empty"),
+    (ONE + "name = ''\n", 4, "stage 0: name must not be empty or blank"),
+    (ONE + "name = '   '\n", 4, "stage 0: name must not be empty or blank"),
+    (ONE + "replicas = 100000000\n", 4, "stage 0: replicas must be at most 1024"),
+    ("stages = [{kind = 'ar'}, {kind = 'ar', final = true, adapter = 'ar2ar', replicas = -1}]\n", 1,
+     "stage 1: replicas must be at least 1"),
     ("[[stages]]\nkind = 'ar'\nfinal = 'yes'\n", 3, "final must be true or false"),
     (ONE + "replicas = 1.5\n", 4, "replicas must be an integer"),
     (ONE + "max_running = true\n", 4, "max_running must be an integer"),
@@ -99,6 +103,12 @@ def test_non_utf8_pipeline_names_file_and_line(tmp_path, capsys, data, line):
         load_pipeline(path)
     assert main([str(path), "--no-progress", "--trace", str(tmp_path / "t.jsonl")]) == 2
     assert f"omni-run: {path}:{line}: not UTF-8" in capsys.readouterr().err
+
+
+def test_a_byte_order_mark_is_not_part_of_the_pipeline(tmp_path):
+    path = tmp_path / "bom.toml"
+    path.write_bytes(b"\xef\xbb\xbf" + ONE.encode())
+    assert load_pipeline(path).kinds == (AR,)
 
 
 def test_unreadable_pipeline_names_the_file(tmp_path):
