@@ -175,24 +175,24 @@ async def run_demo(pipeline: Pipeline, options: WorkloadOptions, trace_path: str
                              on_step=on_step)  # fmt: skip
         faults: Counter[str] = Counter()
         await engine.start()
-        done = 0
-        gate = asyncio.Semaphore(options.concurrency)
+        started_requests = done = 0
 
-        async def client(i: int) -> None:
-            nonlocal done
-            roll = rng.random()
-            n = 2 if roll < options.parallel_rate else 1
-            companions = 1 if n == 1 and roll < options.parallel_rate + options.companion_rate else 0
-            abort_mode = rng.choice(("cancel", "abort")) if rng.random() < options.abort_rate else ""
-            abort_at = rng.randint(0, 6)
-            prompt = Prompt(tuple(rng.randrange(1000) for _ in range(rng.randint(1, 6))))
-            async with gate:
+        async def client() -> None:  # one of ``concurrency`` clients, each submitting one request after another
+            nonlocal started_requests, done
+            while started_requests < options.requests:
+                started_requests += 1
+                roll = rng.random()
+                n = 2 if roll < options.parallel_rate else 1
+                companions = 1 if n == 1 and roll < options.parallel_rate + options.companion_rate else 0
+                abort_mode = rng.choice(("cancel", "abort")) if rng.random() < options.abort_rate else ""
+                abort_at = rng.randint(0, 6)
+                prompt = Prompt(tuple(rng.randrange(1000) for _ in range(rng.randint(1, 6))))
                 await _consume(engine, prompt, n, companions, abort_mode, abort_at, faults)
-            done += 1
-            if progress is not None:
-                progress(done)
+                done += 1
+                if progress is not None:
+                    progress(done)
 
-        tasks = [asyncio.create_task(client(i)) for i in range(options.requests)]
+        tasks = [asyncio.create_task(client()) for _ in range(min(options.concurrency, options.requests))]
         tasks.append(asyncio.create_task(_control_plane(engine, rng, faults)))
         try:
             await asyncio.gather(*tasks)
