@@ -248,12 +248,13 @@ def engine_rows() -> list[Row]:
     return rows
 
 
-@attrs.frozen
+@attrs.frozen(repr=False)
 class Spec:
     """A complete lifecycle specification: what the core, the machine and the explorer run.
 
     The canonical one is ``SPEC``; the test suite builds faulty variants of it (historic bugs
-    re-injected) with ``attrs.evolve``.
+    re-injected) with ``attrs.evolve``. Its repr names it and counts its rows (the rows are
+    ``rows`` and ``engine_rows``).
     """
 
     rows: tuple[Row, ...]
@@ -261,6 +262,9 @@ class Spec:
     on_terminal: tuple[Effect, ...] = ON_TERMINAL
     holds_slot: frozenset[ReqState] = HOLDS_SLOT
     name: str = "omni-fsm lifecycle"
+
+    def __repr__(self) -> str:
+        return f"<Spec {self.name!r}: {len(self.rows)} request rows, {len(self.engine_rows)} engine rows>"
 
 
 #: The lifecycle specification: the request table and the engine's control-plane table.

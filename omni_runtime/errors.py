@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from omni_fsm.errors import ConfigError as _FsmConfigError
+
 
 class OmniRuntimeError(Exception):
     """Base of every error ``omni_runtime`` raises."""
@@ -15,8 +17,12 @@ class PipelineError(OmniRuntimeError):
         super().__init__(f"{path}:{line}: {reason}")
 
 
-class ConfigError(OmniRuntimeError, ValueError):
-    """A library call got an invalid argument (a bad stage, pipeline or workload setting); also a ``ValueError``."""
+class ConfigError(OmniRuntimeError, _FsmConfigError):
+    """A library call got an invalid argument (a bad stage, pipeline or workload setting).
+
+    Also an ``omni_fsm.ConfigError`` (one ``except`` catches a bad argument to either package)
+    and so a ``ValueError``.
+    """
 
 
 class OptionError(ConfigError):

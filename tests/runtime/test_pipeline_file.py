@@ -2,13 +2,23 @@
 
 from __future__ import annotations
 
+import inspect
 import re
 from pathlib import Path
 
 import pytest
 
+import omni_fsm
 from omni_fsm import StageKind
-from omni_runtime import INPUT_ADAPTERS, OmniRuntimeError, Pipeline, PipelineError, StageSpec, load_pipeline
+from omni_runtime import (
+    INPUT_ADAPTERS,
+    OmniRuntimeError,
+    Orchestrator,
+    Pipeline,
+    PipelineError,
+    StageSpec,
+    load_pipeline,
+)
 from omni_runtime.adapters import ADAPTER_KINDS
 from omni_runtime.cli import main
 from omni_runtime.errors import ConfigError
@@ -134,8 +144,14 @@ def test_parse_pipeline_wants_text():
 # -- the same checks from Python: ConfigError, which is also an OmniRuntimeError and a ValueError -------------
 
 
-def test_config_error_is_the_package_error_and_a_value_error():
+def test_config_error_is_the_package_error_omni_fsms_and_a_value_error():
     assert issubclass(ConfigError, OmniRuntimeError) and issubclass(ConfigError, ValueError)
+    assert issubclass(ConfigError, omni_fsm.ConfigError)  # one except clause for a bad argument to either package
+
+
+def test_the_orchestrators_signature_shows_the_spec_by_name() -> None:
+    shown = str(inspect.signature(Orchestrator.__init__))
+    assert "spec: 'Spec' = <Spec 'omni-fsm lifecycle': " in shown and "Row(" not in shown
 
 
 @pytest.mark.parametrize(
