@@ -56,7 +56,8 @@ GUARD_SOURCES: dict[str, str] = {
     "last_companion": "r.companions_left == 1",
     "companion_ok": "e.ok",
     "last_child": "r.children_left == 1",
-    "cannot_resume": "r.role is not Role.CLIENT or r.worst is ReqState.FINISHED_ERROR",
+    # a dependent, or a parent whose companion was lost or is being aborted with it (T2: nothing to resume with)
+    "cannot_resume": "r.role is not Role.CLIENT or r.worst is ReqState.FINISHED_ERROR or r.companions_left > 0",
     "prompt_ignored": "e.stop is StopKind.IGNORED",
     "nothing_generated": "r.tokens == 0",
     "stopped": "e.stop is StopKind.STOP",

@@ -196,7 +196,7 @@ def request_rows() -> list[Row]:
                   effects=(D.ACK_ABORT, D.ABORT_COMPANIONS, D.COMMIT_ABORT))
     rows += _rows([S.AWAITING_CHILDREN], ev.Abort, S.ABORTING_CHILDREN, effects=(D.ACK_ABORT, D.ABORT_CHILDREN))
     rows += _rows([S.ABORTING, S.ABORTING_CHILDREN], ev.Abort, None)  # idempotent
-    # a dependent (its parent's abort) or a parent whose companion was lost cannot resume: retry
+    # a dependent (its parent's abort), or a parent whose companion was lost or is being aborted, cannot resume: retry
     rows += _rows([S.ABORTING], ev.AbortFailed, None, ("cannot_resume",), effects=(D.SEND_ABORT,))
     rows += _rows([S.ABORTING], ev.AbortDone, S.FINISHED_ABORTED, effects=(D.COMMIT_ABORT,))
     for interrupted in sorted(ABORTABLE_BOUND, key=lambda s: s.name):

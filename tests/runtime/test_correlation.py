@@ -53,3 +53,21 @@ def test_abort_results_out_of_order_reach_their_callers(oks, data):
                 answers[c.call_id] = c
     for (call, rid, _result), ok in zip(pending, oks, strict=True):
         assert answers[call].rid == rid and answers[call].ok is ok
+
+
+def test_a_parent_whose_companions_are_being_aborted_retries_its_failed_abort_instead_of_running_on():
+    """Its companions were aborted with it: ``AbortAnswer(ok=False)`` ("nothing changed") would be untrue."""
+    orch = Orchestrator(simple_pipeline([StageKind.AR, StageKind.DIFFUSION]))
+    rid, _ = orch.submit(Prompt((1,)), companions=1)
+    for req in (rid, rid + 1):
+        orch.report(0, 0, rp.StatusChanged(req, 0, rp.Status.SCHEDULED))
+    call, out = orch.abort(rid)
+    first = {r: c.abort_id for c in out if isinstance(c, AbortAt) for r in c.req_ids}
+    assert sorted(first) == [rid, rid + 1]
+    out = orch.report(0, 0, rp.AbortResult(first[rid], rid, False, "busy"))  # the companion's abort is in flight
+    (again,) = [c for c in out if isinstance(c, AbortAt)]
+    assert again.req_ids == (rid,) and not [c for c in out if isinstance(c, AbortAnswer)]
+    out = orch.report(0, 0, rp.AbortResult(first[rid + 1], rid + 1, True))
+    out += orch.report(0, 0, rp.AbortResult(again.abort_id, rid, True))
+    assert [c for c in out if isinstance(c, AbortAnswer)] == [AbortAnswer(call, rid, True)]
+    assert orch.idle()
