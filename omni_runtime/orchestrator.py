@@ -14,7 +14,7 @@ from typing import Any
 
 import attrs
 
-from omni_fsm import ENGINE_TERMINAL, SPEC, ControlMethod, LifecycleError, Outcome, Role, Spec, StopKind
+from omni_fsm import ENGINE_TERMINAL, SPEC, ControlMethod, EngineState, LifecycleError, Outcome, Role, Spec, StopKind
 from omni_fsm import events as ev
 from omni_fsm import observations as ob
 from omni_fsm.core import Lifecycle, dependent_id, fanout
@@ -114,6 +114,8 @@ class Orchestrator:
             raise RequestRefused(f"a prompt is an omni_runtime.Prompt, not {type(prompt).__name__}: {prompt!r:.80}")
         rid = self._next_rid
         route = _Route(prompt)
+        if self.lifecycle.engine.state is EngineState.SLEEPING:  # the lifecycle fails it at once: say why
+            route.error = "the engine is sleeping (wake it up first)"
         self.routes[rid] = route
         try:
             out = self._feed(ev.Submit(rid, n, companions))

@@ -8,10 +8,10 @@ import contextlib
 import pytest
 from helpers import demo_pipeline, monitor_for
 
-from omni_fsm import ControlMethod, Outcome
+from omni_fsm import ControlMethod, Outcome, StageKind
 from omni_fsm import events as ev
 from omni_fsm import observations as ob
-from omni_runtime import AsyncEngine, Engine, Prompt, RpcError
+from omni_runtime import AsyncEngine, Engine, Prompt, RpcError, simple_pipeline
 from omni_runtime.sim import SimConfig, sim_runtimes
 
 
@@ -115,3 +115,14 @@ def test_async_rpc_worker_error_reaches_its_caller():
 
     outputs = asyncio.run(main())
     assert outputs[-1].finished and outputs[-1].outcome is Outcome.FINISHED
+
+
+def test_a_request_submitted_while_the_engine_sleeps_fails_saying_why():
+    engine = Engine(simple_pipeline([StageKind.AR]))
+    engine.control(ControlMethod.SLEEP)
+    (message,) = engine.generate(Prompt())
+    assert (message.finished, message.outcome) == (True, Outcome.FAILED)
+    assert message.error == "the engine is sleeping (wake it up first)"
+    engine.control(ControlMethod.WAKE_UP)  # awake, the scheduler still paused
+    engine.control(ControlMethod.RESUME_SCHEDULER)
+    assert engine.generate(Prompt())[-1].outcome is Outcome.FINISHED
