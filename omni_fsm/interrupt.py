@@ -1,11 +1,12 @@
 """Ctrl-C and SIGTERM end a command with one line and exit status 130, never a traceback.
 
 ``interruptible(prog)`` wraps a command's body: SIGTERM (what ``timeout``, CI cancellation and
-``docker stop`` send) is turned into SIGINT, so whatever handles Ctrl-C handles it (``asyncio.run``
-cancels its main task; plain code gets ``KeyboardInterrupt``) and the ``with`` and ``finally``
-blocks on the way out run (a trace being written removes its temporary file and leaves the path
-as it was); then the command prints ``PROG: interrupted`` and the reason (``what``), and returns
-``INTERRUPTED``.
+``docker stop`` send) raises ``KeyboardInterrupt`` as Ctrl-C does, also where SIGINT is ignored (a
+job a shell started with ``&``), so the ``with`` and ``finally`` blocks on the way out run (a trace
+being written removes its temporary file and leaves the path as it was); then the command prints
+``PROG: interrupted`` and ``what()`` (asked then: the reason may depend on how far it got), and
+returns ``INTERRUPTED``. A body that runs an event loop handles SIGTERM inside it as ``asyncio.run``
+handles Ctrl-C (cancel its main task: see ``omni_runtime.cli``), then raises ``KeyboardInterrupt``.
 """
 
 from __future__ import annotations
@@ -19,11 +20,11 @@ INTERRUPTED = 130  #: the exit status of a command ended by Ctrl-C or SIGTERM (1
 
 
 def _as_ctrl_c(signum: int, frame: FrameType | None) -> None:
-    signal.raise_signal(signal.SIGINT)
+    raise KeyboardInterrupt  # also where SIGINT is ignored (a job a shell started with '&')
 
 
-def interruptible(prog: str, body: Callable[[], int], what: str = "") -> int:
-    """Run ``body``; on Ctrl-C or SIGTERM print ``PROG: interrupted`` (and ``what``) and return 130."""
+def interruptible(prog: str, body: Callable[[], int], what: Callable[[], str] = str) -> int:
+    """Run ``body``; on Ctrl-C or SIGTERM print ``PROG: interrupted`` and ``what()`` (the reason) and return 130."""
     try:
         previous = signal.signal(signal.SIGTERM, _as_ctrl_c)
     except ValueError:  # not the main thread (a test runner's worker): SIGTERM keeps its handler
@@ -31,7 +32,7 @@ def interruptible(prog: str, body: Callable[[], int], what: str = "") -> int:
     try:
         return body()
     except KeyboardInterrupt:
-        print(f"{prog}: interrupted{what}", file=sys.stderr)
+        print(f"{prog}: interrupted{what()}", file=sys.stderr)
         return INTERRUPTED
     finally:
         if previous is not None:

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import signal
 import sys
 import time
-from collections.abc import Callable, Sequence
-from typing import NoReturn
+from collections.abc import Callable, Coroutine, Sequence
+from typing import Any, NoReturn
 
 from omni_fsm.interrupt import interruptible
 from omni_runtime.driver import EVENT, POLL
@@ -96,13 +97,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OptionError as exc:
         _argument_error(parser, exc)
     progress = None if args.no_progress else _progress_bar(options.requests)
-    no_new_trace = _NO_NEW_TRACE.format(trace=args.trace)
-    return interruptible("omni-run", lambda: _run(pipeline, options, args.trace, progress), no_new_trace)
+    written: list[bool] = []  #: the trace is in place (an interrupt after that leaves it written)
+
+    def why() -> str:
+        return "" if written else _NO_NEW_TRACE.format(trace=args.trace)
+
+    return interruptible("omni-run", lambda: _run(pipeline, options, args.trace, progress, written), why)
 
 
-def _run(pipeline: Pipeline, options: WorkloadOptions, trace: str, progress: Callable[[int], None] | None) -> int:
+def _run(pipeline: Pipeline, options: WorkloadOptions, trace: str, progress: Callable[[int], None] | None,
+         written: list[bool]) -> int:  # fmt: skip
     try:
-        report = asyncio.run(run_demo(pipeline, options, trace, progress))
+        report = asyncio.run(_until_terminated(run_demo(pipeline, options, trace, progress)))
+        written.append(True)
+    except asyncio.CancelledError:  # SIGTERM cancelled the run: every ``finally`` on the way ran
+        raise KeyboardInterrupt from None
     except OmniRuntimeError as exc:
         print(f"omni-run: {exc}{_NO_NEW_TRACE.format(trace=trace)}", file=sys.stderr)
         return 2
@@ -111,6 +120,17 @@ def _run(pipeline: Pipeline, options: WorkloadOptions, trace: str, progress: Cal
         return 2
     print(render(report, trace))
     return 1 if report.violations else 0
+
+
+async def _until_terminated(run: Coroutine[Any, Any, DemoReport]) -> DemoReport:
+    """Await ``run``; SIGTERM cancels it, as ``asyncio.run`` does on Ctrl-C (no exception lands inside a task)."""
+    loop, task = asyncio.get_running_loop(), asyncio.current_task()
+    assert task is not None
+    loop.add_signal_handler(signal.SIGTERM, task.cancel)
+    try:
+        return await run
+    finally:
+        loop.remove_signal_handler(signal.SIGTERM)
 
 
 def _progress_bar(total: int, every: float = 5.0) -> Callable[[int], None]:

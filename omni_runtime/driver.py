@@ -59,7 +59,7 @@ class AsyncEngine:
         self.loop_error: Exception | None = None  #: what made the orchestrator loop fail (raised by shutdown)
         self._failures: list[tuple[str, BaseException]] = []  #: other failures shutdown() raises: (text, cause)
         self._shut = False
-        self._closing: asyncio.Task[None] | None = None  #: ends the loops after the engine stopped by itself
+        self._closing: asyncio.Task[None] | None = None  #: ends the loops, then the runtimes (once)
         self.host.stop_runtimes = self._orchestrator_stopped  # deferred: the loop must stop first
 
     # -- lifecycle of the loops -------------------------------------------------------------------
@@ -161,11 +161,15 @@ class AsyncEngine:
             self._failures.append((f"failing the engine failed: {type(failed).__name__}: {failed}", failed))
 
     def _orchestrator_stopped(self) -> None:
-        """The host's ``StopRuntimes``: unless ``shutdown()`` runs, end the loops and the runtimes now."""
-        if self._shut or self._closing is not None:
-            return
+        """The host's ``StopRuntimes``: end the loops and the runtimes now (``shutdown()`` waits for that)."""
         with contextlib.suppress(RuntimeError):  # no event loop runs: shutdown() will do it
+            self._closing_task()
+
+    def _closing_task(self) -> asyncio.Task[None]:
+        """Return the one task that ends the loops and the runtimes (made on first call)."""
+        if self._closing is None:
             self._closing = asyncio.get_running_loop().create_task(self._end_loops())
+        return self._closing
 
     async def _end_loops(self) -> None:
         """Cancel the loop tasks and wait for them; then shut the runtimes down and wake who still waits."""
@@ -199,9 +203,8 @@ class AsyncEngine:
             self.host.shutdown()
         except Exception as exc:  # a loop that failed leaves the host as it could: stop the rest, then say so
             self._failures.append((f"shutting down failed: {type(exc).__name__}: {exc}", exc))
-        if self._closing is not None:
-            await self._closing
-        await self._end_loops()
+        # shielded: a caller cancelled meanwhile leaves the runtimes' shutdown running, not half-done
+        await asyncio.shield(self._closing_task())
         self._raise_failures()
 
     def _raise_failures(self) -> None:
@@ -287,8 +290,12 @@ class AsyncEngine:
         return self.host.abort_nowait(rid)
 
     async def abort(self, rid: int) -> bool:
-        """Abort ``rid``; return whether it took effect (``False``: the physical abort failed)."""
-        await self.start()
+        """Abort ``rid``; return whether it took effect (``False``: the physical abort failed).
+
+        After the engine stopped there is nothing left to abort: ``True``, as for a request that ended.
+        """
+        if not (self._shut or self.host.orchestrator_stopped):
+            await self.start()
         call = self.host.abort(rid)
         answer = await self._answer(cmd.AbortAnswer, call, self.host.abort_answers)
         return answer.ok  # type: ignore[attr-defined,no-any-return]

@@ -60,6 +60,7 @@ class Host:
         self.mailed: Callable[[int], None] = lambda rid: None  #: a message for ``rid`` landed in its mailbox
         self.stop_runtimes: Callable[[], None] = self.shutdown_runtimes
         self.pending: deque[cmd.Command] = deque()
+        self.reports_taken = 0  #: reports ``drain`` handed to the orchestrator (the sync engine's progress watchdog)
         self._executing = False
         self._shutdown_due = False  #: the engine died: shut down once the queued commands are carried out
         self._stopping_by_itself = False  #: that shutdown runs: no caller hears a runtime's failure to stop
@@ -162,13 +163,14 @@ class Host:
 
     def drain(self) -> bool:
         """Hand every buffered report to the orchestrator, polling stages in order; return whether any."""
-        moved, report = False, self.orchestrator.report
+        taken, report = 0, self.orchestrator.report
         for stage, replicas in enumerate(self.buffers):
             for replica, buffer in enumerate(replicas):
                 while buffer and not self.orchestrator_stopped:
                     self.execute(report(stage, replica, buffer.popleft()))
-                    moved = True
-        return moved
+                    taken += 1
+        self.reports_taken += taken
+        return taken > 0
 
     def step_runtimes(self) -> bool:
         """Step every runtime once, in stage order; return whether any has work left."""

@@ -215,6 +215,9 @@ class Orchestrator:
         if route.replica != replica:
             self.stats.misrouted += 1
             return []
+        if report.seq.__class__ is not int:  # outside the protocol: its request fails (it cannot be put in order)
+            route.error = f"the runtime's {type(report).__name__} has seq {report.seq!r} (an int is needed)"
+            return self._feed(ev.StageFailed(rid, stage))
         if report.seq != route.next_seq:
             if report.seq < route.next_seq or (route.held is not None and report.seq in route.held):
                 self.stats.duplicates += 1
@@ -252,7 +255,7 @@ class Orchestrator:
         except Exception as exc:  # a report outside the protocol (or a payload its adapter refuses) fails its request
             route.result, self._payload = before, None
             route.error = str(exc) if isinstance(exc, _Malformed) else (
-                f"runtime reported a {type(report).__name__} its stage cannot take: {type(exc).__name__}: {exc}")
+                f"the runtime's {type(report).__name__} cannot be taken by its stage: {type(exc).__name__}: {exc}")
             event = ev.StageFailed(rid, stage)
         out = self._feed(event)  # a runtime report never raises a LifecycleError: nothing to undo
         self._payload = self._undo = None
@@ -519,8 +522,8 @@ def _event_of(rid: int, stage: int, report: rp.RequestReport, kind: type) -> ev.
     """
     if kind is rp.Output:
         tokens = report.tokens  # type: ignore[attr-defined]
-        if tokens.__class__ is not int or tokens < 0:
-            raise _Malformed(f"runtime reported an Output of {tokens!r} tokens (an int >= 0)")
+        if (tokens.__class__ is not int and (isinstance(tokens, bool) or not isinstance(tokens, int))) or tokens < 0:
+            raise _Malformed(f"runtime reported an Output of {tokens!r} tokens ({type(tokens).__name__}; an int >= 0)")
         return ev.StageOutput(rid, stage, tokens)
     if kind is rp.Finished:
         stop = report.stop  # type: ignore[attr-defined]

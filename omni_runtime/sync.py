@@ -5,6 +5,10 @@ the runtimes until its answer arrives.
 
 A listener that raises has its request aborted; its error is raised by ``run_until_idle()`` or
 ``shutdown()``, never by a wait for another request's outputs, an abort or a control call.
+
+A wait that sees no report for ``max_idle_rounds`` rounds raises ``OmniRuntimeError`` ("no
+progress"): a runtime that keeps saying it is busy but reports nothing (a scheduler deadlock,
+B4) makes no progress either, so it ends the wait instead of hanging it.
 """
 
 from __future__ import annotations
@@ -23,7 +27,10 @@ from omni_runtime.pipeline import Pipeline, require_pipeline
 
 
 class Engine:
-    """A synchronous engine around ``Host``; ``runtimes=None`` uses the simulator."""
+    """A synchronous engine around ``Host``; ``runtimes=None`` uses the simulator.
+
+    ``max_idle_rounds``: how many pumping rounds in a row a wait goes on without any report.
+    """
 
     def __init__(self, pipeline: Pipeline, runtimes: Sequence[Sequence[rp.StageRuntime]] | None = None, *,
                  seed: int = 0, spec: Spec = SPEC, on_step: StepHook | None = None,
@@ -96,11 +103,17 @@ class Engine:
         """Pump until no runtime has work and no report is buffered.
 
         Then raises ``OmniRuntimeError`` naming the listeners that raised since last reported (their
-        requests were aborted); each is reported once.
+        requests were aborted); each is reported once. Raises ``OmniRuntimeError`` (no progress) if a
+        runtime stays busy for ``max_idle_rounds`` rounds without reporting anything.
         """
-        idle = 0
+        host, idle, quiet = self.host, 0, 0
         while idle < 2:
-            idle = 0 if self.host.pump() else idle + 1
+            taken = host.reports_taken
+            idle = 0 if host.pump() else idle + 1
+            quiet = 0 if host.reports_taken != taken else quiet + 1
+            if quiet > self.max_idle_rounds:
+                raise OmniRuntimeError(f"no progress: a runtime says it is busy but reported nothing for "
+                                       f"{self.max_idle_rounds} rounds")  # fmt: skip
         self._raise_listener_errors()
 
     def shutdown(self) -> None:
@@ -126,14 +139,20 @@ class Engine:
             raise
 
     def _pump_until(self, done: Callable[[], bool]) -> None:
-        idle = 0
+        """Pump until ``done()``; a round without any report is no progress, even if a runtime says it is busy."""
+        host, quiet = self.host, 0
         while not done():
-            if self.host.pump():
-                idle = 0
+            taken = host.reports_taken
+            host.pump()
+            if host.reports_taken != taken:
+                quiet = 0
                 continue
-            idle += 1
-            if idle > self.max_idle_rounds or self.host.runtimes_stopped:
-                raise OmniRuntimeError("no progress: the runtimes are idle and the answer never came")
+            if host.runtimes_stopped:
+                raise OmniRuntimeError("no progress: the runtimes are shut down and the answer never came")
+            quiet += 1
+            if quiet > self.max_idle_rounds:
+                raise OmniRuntimeError(f"no progress: no runtime reported anything for {self.max_idle_rounds} "
+                                       f"rounds (idle, or busy without reporting) and the answer never came")
 
     def __enter__(self) -> Engine:
         return self

@@ -36,6 +36,8 @@ class SimAR(SimReplica):
         reqs = list(self.requests.values())
         for req in reqs:  # what a parked request waited for has arrived
             if req.phase in ("parked", "chunk"):
+                if self.config.parked_needs_free_slot and self.running() >= self.spec.max_running:
+                    continue  # B4: its own slot is not counted as free, so with every slot parked it never resumes
                 req.phase = "waiting"
                 self.report(req, rp.StatusChanged, _S.INPUT_READY)
         used = self.running()

@@ -12,7 +12,9 @@ class SimConfig:
     Contract-legal behaviour: ``preempt``, ``park``, ``chunk_wait``, ``prompt_ignored``,
     ``no_output``, ``stage_fail``, ``abort_fail`` (reported truthfully), ``rpc_error``, replica and
     engine death. Contract-breaking report-stream faults (the orchestrator tolerates them, the
-    conformance kit flags them): ``delay``, ``duplicate``, ``reorder``.
+    conformance kit flags them): ``delay``, ``duplicate``, ``reorder``. A historic scheduler bug,
+    for tests that re-inject it (nothing can repair it: the sync engine's watchdog ends the wait,
+    the monitor names the requests left without a terminal): ``parked_needs_free_slot``.
     """
 
     preempt: float = 0.0  #: AR: preempted once mid-generation
@@ -28,6 +30,9 @@ class SimConfig:
     reorder: float = 0.0  #: a report is delivered after the rest of its step's reports
     replica_deaths: tuple[tuple[int, int, int], ...] = ()  #: (stage, replica, at step)
     engine_death: tuple[int, int, int] | None = None  #: (stage, replica, at step)
+    #: AR, B4 (vllm#53130) re-injected: a parked or chunk-waiting request resumes only while a slot is
+    #: free, though it holds its own; once parked requests hold every slot nothing runs again
+    parked_needs_free_slot: bool = False
 
     @classmethod
     def legal(cls, rate: float = 0.05) -> SimConfig:

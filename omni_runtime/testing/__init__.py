@@ -6,7 +6,10 @@ naming the broken invariant. As a pytest plugin::
     pytest -p omni_runtime.testing --omni-runtime=package.module:factory
 
 where ``factory(stage_spec, stage, replica, rpc_fails) -> StageRuntime`` (``rpc_fails``: its workers
-raise in every control RPC). Strategies: ``stage_specs``, ``pipelines``, ``workloads``.
+raise in every control RPC). Request ids are drawn per example, aborts come in batches of 1-3 and
+right after a request reports a wait, and progress is judged before ``shutdown()``, after which
+nothing may be reported (``make_machine`` says how). Strategies: ``stage_specs``, ``pipelines``,
+``workloads``.
 """
 
 from __future__ import annotations

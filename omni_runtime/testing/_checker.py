@@ -12,6 +12,12 @@ TRUTHFUL_ABORT = ("ORCH-INV-202", "truthful_abort_result")
 ABORT_ANSWERED = ("ORCH-INV-202", "one_result_per_aborted_request")
 RPC_ERRORS = ("ORCH-INV-205", "rpc_errors_propagated")
 IN_ORDER = ("IO-INV-101", "reports_in_sequence")
+SILENT_AFTER_SHUTDOWN = ("ORCH-INV-300", "no_report_after_shutdown")
+
+#: statuses of an accepted request that is not running (preempted, or parked until something arrives): an
+#: abort that goes by status may miss a request in one of them (B5)
+WAITS = frozenset({rp.Status.PREEMPTED, rp.Status.AWAIT_GRAMMAR, rp.Status.AWAIT_REMOTE_KVS,
+                   rp.Status.AWAIT_STREAMING, rp.Status.AWAIT_CHUNK})  # fmt: skip
 
 
 @attrs.frozen
@@ -33,7 +39,8 @@ class RawStreamChecker:
     A replica that reports its death owes nothing more, so a death excuses every finish, abort
     result and RPC answer still open. Unless ``may_die`` is set (the runtime under test really
     can die), any death is therefore a violation (its message counts the requests it excused).
-    A dead replica reports nothing after its death.
+    A dead replica reports nothing after its death, and a replica that was shut down reports
+    nothing at all (``shut_down``).
     """
 
     def __init__(self, may_die: bool = False) -> None:
@@ -47,7 +54,8 @@ class RawStreamChecker:
         self.rpcs: dict[int, bool] = {}  #: call id -> the kit made a worker raise
         self.asked_aborts: dict[int, set[int]] = {}  #: abort id -> the request ids still owed a result
         self.answered: set[int] = set()
-        self.dead = False
+        self.waiting: dict[int, rp.Status] = {}  #: open requests whose latest report is a move into one of ``WAITS``
+        self.dead = self.closed = False
 
     def _fail(self, what: tuple[str, str], subject: int | None, message: str) -> None:
         self.violations.append(KitViolation(what[0], what[1], subject, message))
@@ -64,10 +72,21 @@ class RawStreamChecker:
     def aborting(self, abort_id: int, req_ids: list[int]) -> None:
         self.asked_aborts[abort_id] = set(req_ids)
 
+    def shut_down(self) -> None:
+        """Record that the runtime is being shut down: from now on any report is a violation."""
+        self.closed = True
+
+    def open_requests(self) -> list[int]:
+        """Return the accepted requests that have neither ended nor had an abort acknowledged, in id order."""
+        return sorted(self.accepted - set(self.finished) - self.aborted)
+
     # -- what the runtime reported -----------------------------------------------------------------
 
     def __call__(self, report: rp.Report) -> None:
-        if self.dead:
+        if self.closed:
+            subject = getattr(report, "req_id", getattr(report, "call_id", None))
+            self._fail(SILENT_AFTER_SHUTDOWN, subject, f"{type(report).__name__} after shutdown() was called")
+        elif self.dead:
             subject = getattr(report, "req_id", None)
             self._fail(ONE_FINISH, subject, f"{type(report).__name__} after the replica reported its death")
         elif isinstance(report, rp.RequestReport):
@@ -79,7 +98,7 @@ class RawStreamChecker:
         elif isinstance(report, (rp.ReplicaDied, rp.EngineDead)):
             self.dead = True
             if not self.may_die:
-                owed = sorted(self.accepted - set(self.finished) - self.aborted)
+                owed = self.open_requests()
                 self._fail(ONE_FINISH, owed[0] if owed else None,
                            f"{type(report).__name__} though this run does not let the runtime die (may_die): a death "
                            f"excuses the {len(owed)} request(s) still owed a finish")  # fmt: skip
@@ -98,6 +117,10 @@ class RawStreamChecker:
         if report.seq != self.next_seq[rid]:
             self._fail(IN_ORDER, rid, f"seq {report.seq}, expected {self.next_seq[rid]}")
         self.next_seq[rid] = report.seq + 1
+        if isinstance(report, rp.StatusChanged) and report.status in WAITS:
+            self.waiting[rid] = report.status
+        else:
+            self.waiting.pop(rid, None)
         if isinstance(report, (rp.Finished, rp.Failed)):
             self.finished[rid] = 1
             self.abort_refused.discard(rid)
@@ -113,6 +136,7 @@ class RawStreamChecker:
         if report.ok:
             if rid in self.accepted and rid not in self.finished:
                 self.aborted.add(rid)
+                self.waiting.pop(rid, None)
             self.abort_refused.discard(rid)
         elif rid in self.finished or rid in self.aborted:
             self._fail(TRUTHFUL_ABORT, rid, "abort reported failed for a request that had already ended")
@@ -131,13 +155,14 @@ class RawStreamChecker:
             self._fail(RPC_ERRORS, report.call_id, f"RPC failed though no worker raised: {report.error}")
 
     def at_end(self) -> list[KitViolation]:
-        """Judge a drained runtime: every request ended once, every RPC answered; return all violations."""
+        """Judge a runtime stepped until idle, before its shutdown: every request ended, every RPC and abort
+        answered; return all violations."""
         if not self.dead:
-            for rid in sorted(self.accepted - set(self.finished) - self.aborted):
+            for rid in self.open_requests():
                 if rid in self.abort_refused:
                     self._fail(TRUTHFUL_ABORT, rid, "abort reported failed, but the request never ran on to a finish")
                 else:
-                    self._fail(ONE_FINISH, rid, "accepted but never finished")
+                    self._fail(ONE_FINISH, rid, "accepted but never finished (stepped until idle, before shutdown)")
             for call in sorted(set(self.rpcs) - self.answered):
                 self._fail(RPC_ERRORS, call, "RPC never answered")
             for abort_id, owed in sorted(self.asked_aborts.items()):

@@ -33,15 +33,37 @@ class ConformanceError(AssertionError):
     """A runtime broke its protocol; the message names the invariant."""
 
 
+#: the kit's own calls that stop a runtime's work, and the call that undoes each (sent before the final judgement)
+_UNDO = {ControlMethod.SLEEP: ControlMethod.WAKE_UP, ControlMethod.PAUSE_SCHEDULER: ControlMethod.RESUME_SCHEDULER}
+_UNDOES = {undo: stop for stop, undo in _UNDO.items()}
+#: requests ids are drawn from here, so that a runtime whose behaviour depends on the id varies between examples
+_REQ_IDS = st.integers(0, 2**31 - 1)
+#: an abort picks its requests by index (modulo the candidates), so that a rule can also be called by hand
+_PICKS = st.lists(st.integers(0, 255), min_size=1, max_size=3)
+
+
 def make_machine(factory: KitFactory, rpc_fails: bool = False, may_die: bool = False) -> type[RuleBasedStateMachine]:
-    """Return a ``RuleBasedStateMachine`` checking runtimes made by ``factory`` (``may_die``: see the checker)."""
+    """Return a ``RuleBasedStateMachine`` checking runtimes made by ``factory`` (``may_die``: see the checker).
+
+    Request ids are drawn (unique, from a wide range), so a runtime whose behaviour follows the id,
+    as the simulator's does, behaves differently from one example to the next. An abort names 1-3
+    open requests in one call, as the orchestrator does; the requests whose latest report says they
+    wait (preempted, parked, waiting for a chunk) are also aborted right after the step that said so,
+    where an abort by status goes wrong (B5); and requests that have ended are aborted late.
+
+    Teardown resumes (and wakes) a runtime the kit paused (or put to sleep), steps it until idle, and
+    only then judges that every request ended and every RPC and abort was answered; then it shuts the
+    runtime down (twice: ``shutdown`` is idempotent) and fails any report made from then on. With
+    ``rpc_fails`` the kit's pause or sleep failed in a worker, so it did not take effect: the kit
+    still sends the resume (whose answer must carry its error too) and demands the same progress.
+    """
 
     class RuntimeConformance(RuleBasedStateMachine):
         def __init__(self) -> None:
             super().__init__()
             self.checker = RawStreamChecker(may_die)
             self.runtime: Any = None
-            self.next_id = 0
+            self.held: dict[ControlMethod, None] = {}  #: the kit's pause / sleep calls not undone yet, in order
 
         @initialize(spec=stage_specs())
         def start(self, spec: StageSpec) -> None:
@@ -54,31 +76,67 @@ def make_machine(factory: KitFactory, rpc_fails: bool = False, may_die: bool = F
             self.runtime = runtime
             self.runtime.bind(self.checker)
 
-        @rule(tokens=st.lists(st.integers(0, 99), max_size=4))
-        def add(self, tokens: list[int]) -> None:
-            self.checker.added(self.next_id)
+        @rule(req_id=_REQ_IDS, tokens=st.lists(st.integers(0, 99), max_size=4), samples=st.integers(1, 3))
+        def add(self, req_id: int, tokens: list[int], samples: int = 1) -> None:
+            """Add ``samples`` requests with one input (as the orchestrator adds a parent's samples)."""
             diffusion = self.spec.kind is StageKind.DIFFUSION
             mm = {"prior": tuple(tokens), "negative": (), "size": (8, 8)} if diffusion else None
-            self.runtime.add_request(self.next_id, StageInput(tuple(tokens), mm))
-            self.next_id += 1
+            for _ in range(samples):
+                while req_id in self.checker.accepted:  # ids are unique: a repeated draw takes the next free one
+                    req_id = (req_id + 1) % 2**31
+                self.checker.added(req_id)
+                self.runtime.add_request(req_id, StageInput(tuple(tokens), mm))
 
-        @precondition(lambda self: self.next_id > 0)
-        @rule(data=st.data())
-        def abort(self, data: st.DataObject) -> None:
-            req = data.draw(st.integers(0, self.next_id - 1))
+        @precondition(lambda self: self.checker.open_requests())
+        @rule(picks=_PICKS)
+        def abort(self, picks: list[int]) -> None:
+            """Abort 1-3 open requests in one call (the orchestrator aborts a parent's samples together)."""
+            candidates = self.checker.open_requests()
+            self._abort([candidates[p % len(candidates)] for p in picks])
+
+        @precondition(lambda self: self.checker.waiting)
+        @rule()
+        def abort_waiting(self) -> None:
+            """Abort every request whose latest report says it is preempted or waits (for a chunk, a grammar...)."""
+            self._abort(sorted(self.checker.waiting))
+
+        @precondition(lambda self: self.checker.accepted and not self.checker.open_requests())
+        @rule(picks=_PICKS)
+        def abort_late(self, picks: list[int]) -> None:
+            """Abort 1-3 requests that have all ended (an abort that crossed their finish)."""
+            candidates = sorted(self.checker.accepted)
+            self._abort([candidates[p % len(candidates)] for p in picks])
+
+        def _abort(self, req_ids: list[int]) -> None:
+            batch = list(dict.fromkeys(req_ids))
             abort_id = 1000 + len(self.checker.asked_aborts)
-            self.checker.aborting(abort_id, [req])
-            self.runtime.abort_requests(abort_id, [req])
+            self.checker.aborting(abort_id, batch)
+            self.runtime.abort_requests(abort_id, batch)
 
         @rule(method=st.sampled_from(list(ControlMethod)))
         def control(self, method: ControlMethod) -> None:
             call = 10_000 + len(self.checker.rpcs)
             self.checker.rpc(call, rpc_fails)
             self.runtime.control(call, method, 1, frozenset())
+            if method in _UNDO:
+                self.held[method] = None
+            else:
+                self.held.pop(_UNDOES[method], None)
 
-        @rule()
-        def step(self) -> None:
-            self.runtime.step()
+        @rule(steps=st.integers(1, 4))
+        def step(self, steps: int) -> None:
+            """Run up to ``steps`` steps, stopping at one after which a request waits (so an abort can land there)."""
+            for _ in range(steps):
+                self.runtime.step()
+                if self.checker.waiting:
+                    break
+
+        @rule(steps=st.integers(1, 4))
+        def step_then_abort_waits(self, steps: int) -> None:
+            """Run up to ``steps`` steps; once a request reports that it waits, abort it there and then."""
+            self.step(steps)
+            if self.checker.waiting:
+                self.abort_waiting()
 
         @invariant()
         def stream_is_clean(self) -> None:
@@ -88,14 +146,17 @@ def make_machine(factory: KitFactory, rpc_fails: bool = False, may_die: bool = F
         def teardown(self) -> None:
             if self.runtime is None:
                 return
+            for method in reversed(list(self.held)):
+                self.control(_UNDO[method])
             for _ in range(500):
                 if not self.runtime.step():
                     break
             self.runtime.step()
+            self.checker.at_end()  # progress is judged before shutdown(): that is not where work may get done
+            self.checker.shut_down()
             self.runtime.shutdown()
-            violations = self.checker.at_end()
-            if violations:
-                raise ConformanceError(str(violations[0]))
+            self.runtime.shutdown()
+            self.stream_is_clean()
 
     RuntimeConformance.__name__ = f"RuntimeConformance[{getattr(factory, '__name__', 'runtime')}]"
     return RuntimeConformance

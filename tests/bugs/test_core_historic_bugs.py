@@ -10,8 +10,10 @@ import pytest
 
 from omni_fsm import SPEC, ControlMethod, StageKind, StopKind
 from omni_fsm import events as ev
+from omni_fsm._explorer import explore
 from omni_fsm.core import Lifecycle
-from omni_fsm.invariants import Monitor
+from omni_fsm.explore import replay
+from omni_fsm.invariants import Monitor, check_history
 from tests.fsm import faults
 
 AR = StageKind.AR
@@ -84,3 +86,23 @@ def test_b8_commit_before_physical_abort():
     events = [ev.Submit(0), ev.Scheduled(0, 0), ev.StageOutput(0, 0, 3), ev.Abort(0)]
     assert "ORCH-INV-202" in _violated(faults.b8_commit_before_physical_abort(), events)
     assert _violated(SPEC, [*events, ev.AbortDone(0, 0)]) == set()
+
+
+def test_b4_parked_request_needing_a_second_slot_never_ends():
+    """B4 (vllm#53130): a parked request counts against the cap and needs yet another slot to resume.
+
+    Decided by the explorer, exhaustive at ``faults.B4_BOUND`` (one stage, one slot): on ``SPEC``
+    every reachable state can still end every request; with the bug, parking in the only slot is a
+    state from which no path ends the request (LIVENESS). That path, judged as a complete history,
+    leaves the request without a terminal: the monitor names ORCH-INV-101 and ORCH-INV-208.
+    """
+    clean = explore(faults.B4_BOUND)
+    assert clean.ok and clean.liveness_checked and clean.stuck is None
+    spec = faults.b4_parked_needs_a_second_slot()
+    stuck = explore(faults.B4_BOUND, spec=spec).stuck
+    assert stuck is not None and stuck.invariant == "LIVENESS"
+    assert stuck.events == (ev.Submit(0), ev.AwaitGrammar(0, 0))
+    kinds, final = faults.B4_BOUND.pipeline()
+    verdict = check_history(kinds, final, replay(faults.B4_BOUND, stuck.events, spec), faults.B4_BOUND.capacity)
+    assert [(v.invariant, v.check, v.rid) for v in verdict] == [
+        ("ORCH-INV-101", "one_terminal_per_request", 0), ("ORCH-INV-208", "no_state_after_terminal", 0)]

@@ -1,12 +1,13 @@
 """Deliberately faulty runtimes: each breaks exactly one check of the conformance kit.
 
-Each is a kit factory ``(spec, stage, replica, rpc_fails) -> runtime`` wrapping the simulator.
+Each is a kit factory ``(spec, stage, replica, rpc_fails) -> runtime``, most wrapping the simulator.
 """
 
 from __future__ import annotations
 
 import attrs
 
+from omni_fsm import ControlMethod
 from omni_runtime import protocol as rp
 from omni_runtime.sim import SimConfig, sim_replica
 
@@ -79,6 +80,23 @@ class LyingAbortFailure(_Wrapper):
             self.sink(rp.AbortResult(abort_id, req_id, not known))
 
 
+class AbortMissesChunkWait(_Wrapper):
+    """B5-like: the abort removes requests by status and misses one waiting for an input chunk, yet answers ok."""
+
+    def abort_requests(self, abort_id, req_ids):
+        missed = [r for r in req_ids if r in self.inner.requests and self.inner.requests[r].phase == "chunk"]
+        self.inner.abort_requests(abort_id, [r for r in req_ids if r not in missed])
+        for req_id in missed:
+            self.sink(rp.AbortResult(abort_id, req_id, True))
+
+
+class FirstOfBatchOnly(_Wrapper):
+    """B1-like: aborts (and answers) only the first request of a batched abort; the others run on, unanswered."""
+
+    def abort_requests(self, abort_id, req_ids):
+        self.inner.abort_requests(abort_id, list(req_ids)[:1])
+
+
 class IgnoredAbort(_Wrapper):
     """Takes the abort and does nothing: no result, the request runs on (an orchestrator would wait)."""
 
@@ -130,6 +148,66 @@ class SpeaksAfterDeath(_Wrapper):
             self.died = True
             self.sink(rp.ReplicaDied())
         return self.inner.step()
+
+
+class FinishesOnlyAtShutdown:
+    """Does no work when stepped (and says none is left); "finishes" every open request in ``shutdown()``.
+
+    It answers aborts and RPCs at once and truthfully, so only the kit's judgement of progress
+    before shutdown can fail it.
+    """
+
+    def __init__(self, spec, stage, replica, rpc_fails):
+        self.rpc_fails, self.open, self.sink = rpc_fails, [], None
+
+    def bind(self, sink):
+        self.sink = sink
+
+    def add_request(self, req_id, stage_input):
+        self.open.append(req_id)
+
+    def abort_requests(self, abort_id, req_ids):
+        for req_id in req_ids:
+            if req_id in self.open:
+                self.open.remove(req_id)
+            self.sink(rp.AbortResult(abort_id, req_id, True))
+
+    def control(self, call_id, method, level, tags):
+        self.sink(rp.RpcResult(call_id, not self.rpc_fails, "WorkerError: injected" if self.rpc_fails else None))
+
+    def step(self):
+        return False
+
+    def shutdown(self):
+        for req_id in self.open:
+            self.sink(rp.Finished(req_id, 0))
+        self.open = []
+
+
+class HonoursPause(_Wrapper):
+    """Does no work while its scheduler is paused or it sleeps, as vLLM (not faulty: a failed RPC changes nothing)."""
+
+    def __init__(self, spec, stage, replica, rpc_fails):
+        super().__init__(spec, stage, replica, rpc_fails)
+        self.rpc_fails, self.stopped, self.methods = rpc_fails, set(), []
+
+    def control(self, call_id, method, level, tags):
+        self.methods.append(method)
+        super().control(call_id, method, level, tags)
+        if not self.rpc_fails:
+            undoes = {ControlMethod.WAKE_UP: ControlMethod.SLEEP,
+                      ControlMethod.RESUME_SCHEDULER: ControlMethod.PAUSE_SCHEDULER}  # fmt: skip
+            self.stopped.discard(undoes.get(method))
+            if method not in undoes:
+                self.stopped.add(method)
+
+    def step(self):
+        if not self.stopped:
+            return self.inner.step()
+        held, self.inner.requests = self.inner.requests, {}
+        self.inner.step()  # RPCs are still answered
+        self.inner.requests = held
+        return False  # as vLLM's has_requests() while paused: nothing to do until resumed
 
 
 class Raising(_Wrapper):

@@ -42,9 +42,12 @@ def two_running(orch: Orchestrator) -> tuple[int, int]:
 
 
 BAD_REPORTS: dict[str, tuple[Any, str]] = {
-    "tokens not an int": (lambda rid: rp.Output(rid, 2, "3", (6,)), "an Output of '3' tokens (an int >= 0)"),
-    "negative tokens": (lambda rid: rp.Output(rid, 2, -1, (6,)), "an Output of -1 tokens (an int >= 0)"),
-    "a payload its stage cannot take": (lambda rid: rp.Output(rid, 2, 1, [6]), "its stage cannot take: TypeError"),
+    "tokens not an int": (lambda rid: rp.Output(rid, 2, "3", (6,)), "an Output of '3' tokens (str; an int >= 0)"),
+    "tokens a bool": (lambda rid: rp.Output(rid, 2, True, (6,)), "an Output of True tokens (bool; an int >= 0)"),
+    "negative tokens": (lambda rid: rp.Output(rid, 2, -1, (6,)), "an Output of -1 tokens (int; an int >= 0)"),
+    "seq not an int": (lambda rid: rp.Output(rid, "2", 1, (6,)), "the runtime's Output has seq '2' (an int is needed)"),
+    "a payload its stage cannot take": (lambda rid: rp.Output(rid, 2, 1, [6]),
+                                        "the runtime's Output cannot be taken by its stage: TypeError"),
     "stop not a StopKind": (lambda rid: rp.Finished(rid, 2, "stop"), "a Finished with stop 'stop' (a StopKind)"),
     "an unknown status": (lambda rid: rp.StatusChanged(rid, 2, "gone"), "an unknown status 'gone'"),
 }
@@ -70,6 +73,17 @@ def test_a_late_report_outside_the_protocol_is_dropped_like_any_late_report() ->
     assert terminals(orch.report(0, 0, rp.Finished(a, 1, StopKind.STOP)))[a].outcome is Outcome.FINISHED
     assert orch.report(0, 0, rp.Finished(a, 2, "stop")) == []  # the request ended: nothing to fail
     assert orch.counters()["dropped_unknown"] == 1
+
+
+def test_a_token_count_of_an_int_subclass_is_an_int() -> None:
+    class Count(int):
+        pass
+
+    orch = Orchestrator(simple_pipeline([StageKind.AR]))
+    a, _ = orch.submit(Prompt((1,)))
+    orch.report(0, 0, rp.StatusChanged(a, 0, SCHEDULED))
+    orch.report(0, 0, rp.Output(a, 1, Count(2), (5, 6)))
+    assert terminals(orch.report(0, 0, rp.Finished(a, 2)))[a].cumulative == 2
 
 
 def test_an_output_without_a_payload_adds_no_tokens() -> None:

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -26,19 +27,30 @@ def leftovers(folder: Path) -> list[str]:
     return sorted(p.name for p in folder.iterdir() if p.name != "run.jsonl")
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
-def test_an_interrupted_run_says_so_in_one_line_and_leaves_the_trace_as_it_was(tmp_path: Path, sig: int) -> None:
+def _ignore_ctrl_c() -> None:  # as a shell does for a job it starts with '&'
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+@pytest.mark.parametrize(("sig", "started"), [(signal.SIGINT, None), (signal.SIGTERM, None),
+                                              (signal.SIGTERM, _ignore_ctrl_c)],
+                         ids=["ctrl-c", "sigterm", "sigterm-with-ctrl-c-ignored"])  # fmt: skip
+def test_an_interrupted_run_says_so_in_one_line_and_leaves_the_trace_as_it_was(tmp_path: Path, sig: int,
+                                                                                started: Any) -> None:  # fmt: skip
     trace = tmp_path / "run.jsonl"
     trace.write_text("prev\n")
     run = subprocess.Popen([*OMNI_RUN, EXAMPLE, "--requests", "100000", "--no-progress", "--trace", str(trace)],
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
-    deadline = time.monotonic() + 60
-    while not leftovers(tmp_path) and time.monotonic() < deadline:  # the run is writing its temporary trace
-        time.sleep(0.05)
-    assert leftovers(tmp_path), "the run never started writing"
-    time.sleep(0.3)
-    run.send_signal(sig)
-    out, err = run.communicate(timeout=60)
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=started)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while not leftovers(tmp_path) and time.monotonic() < deadline:  # the run is writing its temporary trace
+            time.sleep(0.05)
+        assert leftovers(tmp_path), "the run never started writing"
+        time.sleep(0.3)
+        run.send_signal(sig)
+        out, err = run.communicate(timeout=60)
+    finally:  # a run the signal did not end is not left behind
+        run.kill()
+        run.wait()
     assert run.returncode == 130, err
     assert err == f"omni-run: interrupted (no new trace written; {trace} keeps what it held before)\n"
     assert out == ""

@@ -9,13 +9,27 @@ from pathlib import Path
 
 import attrs
 import pytest
-from faulty_runtimes import FAULTY, DiesAtOnce, IgnoredAbort, MislabelledAbortResult, SpeaksAfterDeath
+from faulty_runtimes import (
+    FAULTY,
+    AbortMissesChunkWait,
+    DiesAtOnce,
+    FinishesOnlyAtShutdown,
+    FirstOfBatchOnly,
+    HonoursPause,
+    IgnoredAbort,
+    MislabelledAbortResult,
+    SpeaksAfterDeath,
+)
 
+from omni_fsm import ControlMethod, StageKind
+from omni_runtime import protocol as rp
+from omni_runtime.pipeline import StageSpec
 from omni_runtime.sim import SimConfig, sim_replica
-from omni_runtime.testing import ConformanceError, check_runtime, sim_factory
+from omni_runtime.testing import ConformanceError, check_runtime, make_machine, sim_factory
 
 HERE = Path(__file__).parent
 ROOT = HERE.parents[1]
+AR = StageSpec(name="s", kind=StageKind.AR, final=True, replicas=1, max_running=1, max_tokens=8, steps=1)
 
 
 def calm_sim(spec, stage, replica, rpc_fails):
@@ -33,10 +47,91 @@ def test_kit_fails_each_faulty_runtime_naming_the_invariant(invariant):
         check_runtime(FAULTY[invariant], max_examples=40, shrink=False)
 
 
-@pytest.mark.parametrize("runtime", [IgnoredAbort, MislabelledAbortResult], ids=lambda c: c.__name__)
+@pytest.mark.parametrize("runtime", [IgnoredAbort, MislabelledAbortResult, FirstOfBatchOnly], ids=lambda c: c.__name__)
 def test_kit_fails_a_runtime_that_does_not_answer_the_aborts_it_was_asked(runtime):
     with pytest.raises(ConformanceError, match=r"^ORCH-INV-202 \(one_result_per_aborted_request\)"):
         check_runtime(runtime, max_examples=40, shrink=False)
+
+
+def test_kit_aborts_several_requests_in_one_call_and_wants_a_result_for_each():
+    """B1 at the runtime: the orchestrator aborts a parent's samples in one call; each id is owed its result."""
+    machine = make_machine(FirstOfBatchOnly)()
+    machine.start(AR)
+    machine.add(req_id=40, tokens=[1], samples=3)
+    machine.abort(picks=[2, 0, 1])
+    assert machine.checker.asked_aborts == {1000: {40, 41}}  # 42, the first of the batch, was answered
+    with pytest.raises(ConformanceError, match=r"^ORCH-INV-202 \(one_result_per_aborted_request\) for 40: abort 1000 "):
+        machine.teardown()
+
+
+def _chunk_waits(spec, stage, replica, rpc_fails):
+    """The simulator, every AR request of more than one token waiting once for an input chunk."""
+    return sim_replica(spec, stage, replica, 3, SimConfig(chunk_wait=1.0, rpc_error=float(rpc_fails)))
+
+
+def _chunk_waits_missed(spec, stage, replica, rpc_fails):
+    """``_chunk_waits`` with B5 put back."""
+    return AbortMissesChunkWait(spec, stage, replica, rpc_fails, SimConfig(chunk_wait=1.0, rpc_error=float(rpc_fails)))
+
+
+def test_kit_aborts_a_request_waiting_for_a_chunk_and_fails_a_runtime_that_keeps_it():
+    """B5: an abort by status misses the wait for an input chunk. A fixed sequence of the kit's own rules:
+    the simulator passes it, the same simulator with B5 put back breaks ORCH-INV-209."""
+    for runtime in (_chunk_waits, _chunk_waits_missed):
+        machine = make_machine(runtime)()
+        machine.start(AR)
+        machine.add(req_id=7, tokens=[1, 2])
+        machine.step(steps=4)  # stops at the step after which request 7 waits
+        assert machine.checker.waiting == {7: rp.Status.AWAIT_CHUNK}
+        machine.abort_waiting()
+        assert machine.checker.aborted == {7} and machine.checker.asked_aborts == {1000: set()}
+        machine.step(steps=1)
+        if runtime is _chunk_waits:
+            machine.stream_is_clean()
+            machine.teardown()
+    with pytest.raises(ConformanceError, match=r"^ORCH-INV-209 \(no_output_after_acknowledged_abort\) for 7: "
+                                               r"StatusChanged after the abort was acknowledged"):  # fmt: skip
+        machine.stream_is_clean()
+
+
+def test_kit_finds_an_abort_that_misses_a_chunk_wait_by_itself():
+    """Left to draw its own examples, the kit aborts requests right after they report a wait (where B5 bites).
+
+    With chunk waits as common as here it found B5 in 100 runs out of 100; at the simulator's
+    ``legal(0.2)`` rate (``AbortMissesChunkWait`` as it is), in about 9 runs out of 10.
+    """
+    with pytest.raises(ConformanceError, match=r"^ORCH-INV-209 \(no_output_after_acknowledged_abort\)"):
+        check_runtime(_chunk_waits_missed, max_examples=40, shrink=False)
+
+
+def test_kit_judges_progress_before_shutdown_and_wants_silence_after():
+    """A runtime that does nothing when stepped and "finishes" everything in shutdown() hangs every request."""
+    machine = make_machine(FinishesOnlyAtShutdown)()
+    machine.start(AR)
+    machine.add(req_id=5, tokens=[])
+    never = r"^ORCH-INV-101 \(one_finish_per_accepted_request\) for 5: accepted but never finished \(stepped until idle"
+    with pytest.raises(ConformanceError, match=never):
+        machine.teardown()
+    assert [str(v) for v in machine.checker.violations[1:]] == [
+        "ORCH-INV-300 (no_report_after_shutdown) for 5: Finished after shutdown() was called"]
+    with pytest.raises(ConformanceError, match=r"^ORCH-INV-101 \(one_finish_per_accepted_request\) .*never finished"):
+        check_runtime(FinishesOnlyAtShutdown, max_examples=40, shrink=False)
+
+
+@pytest.mark.parametrize("rpc_fails", [False, True], ids=["rpcs-work", "rpcs-fail"])
+def test_kit_resumes_and_wakes_a_runtime_it_paused_before_judging_progress(rpc_fails):
+    machine = make_machine(HonoursPause, rpc_fails)()
+    machine.start(AR)
+    machine.add(req_id=1, tokens=[], samples=2)
+    machine.control(ControlMethod.PAUSE_SCHEDULER)
+    machine.control(ControlMethod.SLEEP)
+    machine.step(steps=4)
+    reported = [rid for rid, seq in machine.checker.next_seq.items() if seq]
+    assert bool(reported) is rpc_fails  # paused: not one report; a pause that failed changed nothing
+    machine.teardown()
+    assert machine.runtime.methods == [ControlMethod.PAUSE_SCHEDULER, ControlMethod.SLEEP, ControlMethod.WAKE_UP,
+                                       ControlMethod.RESUME_SCHEDULER]  # fmt: skip
+    check_runtime(HonoursPause, max_examples=15)
 
 
 def test_a_runtime_that_dies_is_judged_by_what_its_death_excuses_unless_it_may_die():

@@ -444,3 +444,89 @@ def test_failing_the_engine_keeps_decided_deliveries_and_answers_and_drops_runti
     assert box[0] is partial and len(box) == 2 and box[1].finished and box[1].outcome is Outcome.FATAL
     assert sorted(host.rpc_answers) == [91] and sorted(host.abort_answers) == [90]
     assert host.history == ["orchestrator stopped", "runtime 0/0 shut down"] and runtime.shut
+
+
+# -- review: shutdown cancelled, shutdown twice at once, abort after the engine stopped ---------------
+
+
+class Dying(Holding):
+    """A ``Holding`` replica that can report the engine's death."""
+
+    def die(self) -> None:
+        self.sink(rp.EngineDead())
+
+
+@pytest.mark.parametrize("loop", LOOPS)
+def test_a_shutdown_cancelled_after_engine_death_leaves_the_runtimes_shut_down(loop):
+    replicas = [Dying(), Dying()]
+
+    async def main() -> list[str]:
+        engine = AsyncEngine(_two_stages(), [[replicas[0]], [replicas[1]]], loop=loop)
+        await engine.start()
+        engine.submit(Prompt((1,)))
+        await asyncio.sleep(0.01)
+        replicas[0].die()  # the engine stops its orchestrator by itself, then ends its loops
+        first = asyncio.ensure_future(engine.shutdown())
+        await asyncio.sleep(0)
+        first.cancel()  # a timeout or Ctrl-C around the caller's shutdown
+        await asyncio.gather(first, return_exceptions=True)
+        await asyncio.wait_for(engine.shutdown(), 5)  # neither cancelled nor half-done
+        return engine.host.history
+
+    history = asyncio.run(main())
+    assert history == ["orchestrator stopped", "orchestrator loop ended", "runtime 0/0 shut down",
+                       "runtime 1/0 shut down"]  # fmt: skip
+    assert [r.shut for r in replicas] == [True, True]
+
+
+@pytest.mark.parametrize("loop", LOOPS)
+def test_two_shutdowns_at_once_both_return_after_the_loops_ended_and_the_runtimes_stopped_once(loop):
+    pipeline = _two_stages()
+    runtimes = sim_runtimes(pipeline, 1)
+    stopped: list[int] = []
+
+    async def main() -> list[str]:
+        engine = AsyncEngine(pipeline, runtimes, loop=loop)
+        await engine.start()
+        for i in range(3):
+            engine.submit(Prompt((i,), max_tokens=100))
+        await asyncio.sleep(0.01)
+        loops = list(engine._tasks)
+        real = engine.host.shutdown_runtimes
+
+        def counted() -> None:
+            stopped.append(sum(not t.done() for t in loops))
+            real()
+
+        engine.host.shutdown_runtimes = counted  # type: ignore[method-assign]
+
+        async def one() -> int:
+            await engine.shutdown()
+            return sum(not t.done() for t in loops)
+
+        left = await asyncio.gather(one(), one())
+        assert left == [0, 0]
+        return engine.host.history
+
+    history = asyncio.run(main())
+    assert stopped == [0]  # once, after every loop task ended
+    assert history == ["orchestrator stopped", "orchestrator loop ended", "runtime 0/0 shut down",
+                       "runtime 1/0 shut down"]  # fmt: skip
+
+
+def test_an_async_abort_after_the_engine_died_has_nothing_left_to_abort():
+    replica = Dying()
+
+    async def main() -> tuple[bool, list[tuple[bool, Outcome | None]]]:
+        engine = AsyncEngine(_one_ar(), [[replica]])
+        await engine.start()
+        rid = engine.submit(Prompt((1,)))
+        await asyncio.sleep(0.01)
+        replica.die()
+        await asyncio.sleep(0.01)
+        ok = await engine.abort(rid)
+        rest = [(m.finished, m.outcome) async for m in engine.outputs(rid)]
+        await engine.shutdown()
+        return ok, rest
+
+    assert asyncio.run(main()) == (True, [(True, Outcome.FATAL)])
