@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import signal
 import sys
 import time
@@ -97,19 +98,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OptionError as exc:
         _argument_error(parser, exc)
     progress = None if args.no_progress else _progress_bar(options.requests)
-    written: list[bool] = []  #: the trace is in place (an interrupt after that leaves it written)
+    before = _identity(args.trace)
 
-    def why() -> str:
-        return "" if written else _NO_NEW_TRACE.format(trace=args.trace)
+    def why() -> str:  # the writer replaces the file in one step: a new one means the trace was written
+        return "" if _identity(args.trace) != before else _NO_NEW_TRACE.format(trace=args.trace)
 
-    return interruptible("omni-run", lambda: _run(pipeline, options, args.trace, progress, written), why)
+    return interruptible("omni-run", lambda: _run(pipeline, options, args.trace, progress), why)
 
 
-def _run(pipeline: Pipeline, options: WorkloadOptions, trace: str, progress: Callable[[int], None] | None,
-         written: list[bool]) -> int:  # fmt: skip
+def _identity(path: str) -> tuple[int, int, int] | None:
+    """Return what tells one file at ``path`` from the next (``None``: none there)."""
+    try:
+        found = os.stat(path)
+    except OSError:
+        return None
+    return found.st_ino, found.st_mtime_ns, found.st_size
+
+
+def _run(pipeline: Pipeline, options: WorkloadOptions, trace: str, progress: Callable[[int], None] | None) -> int:
     try:
         report = asyncio.run(_until_terminated(run_demo(pipeline, options, trace, progress)))
-        written.append(True)
     except asyncio.CancelledError:  # SIGTERM cancelled the run: every ``finally`` on the way ran
         raise KeyboardInterrupt from None
     except OmniRuntimeError as exc:
@@ -123,14 +131,25 @@ def _run(pipeline: Pipeline, options: WorkloadOptions, trace: str, progress: Cal
 
 
 async def _until_terminated(run: Coroutine[Any, Any, DemoReport]) -> DemoReport:
-    """Await ``run``; SIGTERM cancels it, as ``asyncio.run`` does on Ctrl-C (no exception lands inside a task)."""
+    """Await ``run``; SIGTERM cancels it once, as ``asyncio.run`` does on Ctrl-C (no exception lands inside a
+    task, and a second SIGTERM does not cut its clean-up short). Outside the main thread SIGTERM is left alone."""
     loop, task = asyncio.get_running_loop(), asyncio.current_task()
     assert task is not None
-    loop.add_signal_handler(signal.SIGTERM, task.cancel)
+    previous = signal.getsignal(signal.SIGTERM)
+
+    def terminate() -> None:
+        if not task.cancelling():
+            task.cancel()
+
+    try:
+        loop.add_signal_handler(signal.SIGTERM, terminate)
+    except (RuntimeError, ValueError):  # not the main thread: no signal handler can be installed here
+        return await run
     try:
         return await run
     finally:
-        loop.remove_signal_handler(signal.SIGTERM)
+        loop.remove_signal_handler(signal.SIGTERM)  # (that leaves SIGTERM at its default action)
+        signal.signal(signal.SIGTERM, previous)  # the caller's handler again (``interruptible``'s)
 
 
 def _progress_bar(total: int, every: float = 5.0) -> Callable[[int], None]:

@@ -166,17 +166,18 @@ class AsyncEngine:
             self._closing_task()
 
     def _closing_task(self) -> asyncio.Task[None]:
-        """Return the one task that ends the loops and the runtimes (made on first call)."""
-        if self._closing is None:
+        """Return the one task that ends the loops and the runtimes (made on first call; made again if
+        something cancelled it before it was done, such as an event loop cancelling every task)."""
+        if self._closing is None or self._closing.cancelled():
             self._closing = asyncio.get_running_loop().create_task(self._end_loops())
         return self._closing
 
     async def _end_loops(self) -> None:
         """Cancel the loop tasks and wait for them; then shut the runtimes down and wake who still waits."""
-        tasks, self._tasks = self._tasks, []
-        for task in tasks:
+        for task in self._tasks:
             task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks = []  # (only once they all ended: a closing task cancelled meanwhile is made again)
         if self.host.runtimes_stopped:
             return
         self.host.history.append("orchestrator loop ended")
@@ -292,9 +293,12 @@ class AsyncEngine:
     async def abort(self, rid: int) -> bool:
         """Abort ``rid``; return whether it took effect (``False``: the physical abort failed).
 
-        After the engine stopped there is nothing left to abort: ``True``, as for a request that ended.
+        After the engine stopped there is nothing left to abort: ``True``, as for a request that ended;
+        after a ``shutdown()`` that failed to stop it, ``EngineNotRunning`` (no runtime would answer).
         """
-        if not (self._shut or self.host.orchestrator_stopped):
+        if not self.host.orchestrator_stopped:
+            if self._shut or self.host.runtimes_stopped:
+                raise EngineNotRunning("the engine is shut down")
             await self.start()
         call = self.host.abort(rid)
         answer = await self._answer(cmd.AbortAnswer, call, self.host.abort_answers)

@@ -185,8 +185,9 @@ class Orchestrator:
         # the hot path: a per-request report of a protocol class, in order, from its replica
         rid = report.req_id  # type: ignore[attr-defined]
         route = self.routes.get(rid)
+        seq = report.seq  # type: ignore[attr-defined]
         if (route is None or route.stage != stage or route.replica != replica or route.held is not None
-                or report.seq != route.next_seq):  # type: ignore[attr-defined]
+                or seq.__class__ is not int or seq != route.next_seq):  # the slow path judges the rest
             return self._request_report(stage, replica, report, kind)  # type: ignore[arg-type]
         return self._in_order(rid, stage, report, route, kind)  # type: ignore[arg-type]
 
@@ -215,7 +216,7 @@ class Orchestrator:
         if route.replica != replica:
             self.stats.misrouted += 1
             return []
-        if report.seq.__class__ is not int:  # outside the protocol: its request fails (it cannot be put in order)
+        if not isinstance(report.seq, int) or isinstance(report.seq, bool):  # outside the protocol: its request fails
             route.error = f"the runtime's {type(report).__name__} has seq {report.seq!r} (an int is needed)"
             return self._feed(ev.StageFailed(rid, stage))
         if report.seq != route.next_seq:

@@ -6,9 +6,11 @@ the runtimes until its answer arrives.
 A listener that raises has its request aborted; its error is raised by ``run_until_idle()`` or
 ``shutdown()``, never by a wait for another request's outputs, an abort or a control call.
 
-A wait that sees no report for ``max_idle_rounds`` rounds raises ``OmniRuntimeError`` ("no
-progress"): a runtime that keeps saying it is busy but reports nothing (a scheduler deadlock,
-B4) makes no progress either, so it ends the wait instead of hanging it.
+A wait raises ``OmniRuntimeError`` ("no progress") after ``max_idle_rounds`` rounds in which
+every runtime was idle and nothing was reported. A runtime that keeps saying it is busy but
+reports nothing (a scheduler deadlock, B4) is caught by ``max_silent_rounds``, when set: off by
+default, because a runtime may legitimately work a long time between reports (a diffusion
+sample of many steps, a wait for remote KV blocks).
 """
 
 from __future__ import annotations
@@ -29,12 +31,14 @@ from omni_runtime.pipeline import Pipeline, require_pipeline
 class Engine:
     """A synchronous engine around ``Host``; ``runtimes=None`` uses the simulator.
 
-    ``max_idle_rounds``: how many pumping rounds in a row a wait goes on without any report.
+    ``max_idle_rounds``: how many pumping rounds in a row a wait goes on while every runtime is idle
+    and nothing is reported; ``max_silent_rounds`` (``None``: no limit): how many rounds in a row it
+    goes on without any report, busy runtimes or not.
     """
 
     def __init__(self, pipeline: Pipeline, runtimes: Sequence[Sequence[rp.StageRuntime]] | None = None, *,
                  seed: int = 0, spec: Spec = SPEC, on_step: StepHook | None = None,
-                 max_idle_rounds: int = 1000) -> None:  # fmt: skip
+                 max_idle_rounds: int = 1000, max_silent_rounds: int | None = None) -> None:  # fmt: skip
         pipeline = require_pipeline(pipeline, "Engine")
         if runtimes is None:
             from omni_runtime.sim import sim_runtimes
@@ -42,6 +46,7 @@ class Engine:
             runtimes = sim_runtimes(pipeline, seed)
         self.host = Host(pipeline, runtimes, spec=spec, on_step=on_step)
         self.max_idle_rounds = max_idle_rounds
+        self.max_silent_rounds = max_silent_rounds
 
     @property
     def orchestrator(self):  # type: ignore[no-untyped-def]
@@ -104,17 +109,20 @@ class Engine:
 
         Then raises ``OmniRuntimeError`` naming the listeners that raised since last reported (their
         requests were aborted); each is reported once. Raises ``OmniRuntimeError`` (no progress) if a
-        runtime stays busy for ``max_idle_rounds`` rounds without reporting anything.
+        runtime stays busy for ``max_silent_rounds`` rounds without reporting anything.
         """
-        host, idle, quiet = self.host, 0, 0
+        host, idle, silent = self.host, 0, 0
         while idle < 2:
             taken = host.reports_taken
             idle = 0 if host.pump() else idle + 1
-            quiet = 0 if host.reports_taken != taken else quiet + 1
-            if quiet > self.max_idle_rounds:
-                raise OmniRuntimeError(f"no progress: a runtime says it is busy but reported nothing for "
-                                       f"{self.max_idle_rounds} rounds")  # fmt: skip
+            silent = 0 if host.reports_taken != taken else silent + 1
+            self._check_silence(silent)
         self._raise_listener_errors()
+
+    def _check_silence(self, silent: int) -> None:
+        if self.max_silent_rounds is not None and silent > self.max_silent_rounds:
+            raise OmniRuntimeError(f"no progress: a runtime says it is busy but reported nothing for "
+                                   f"{self.max_silent_rounds} rounds")  # fmt: skip
 
     def shutdown(self) -> None:
         """Every open request gets its terminal; the orchestrator stops, then the runtimes; idempotent.
@@ -139,20 +147,20 @@ class Engine:
             raise
 
     def _pump_until(self, done: Callable[[], bool]) -> None:
-        """Pump until ``done()``; a round without any report is no progress, even if a runtime says it is busy."""
-        host, quiet = self.host, 0
+        """Pump until ``done()``; see the module's docstring for when it gives up (no progress)."""
+        host, idle, silent = self.host, 0, 0
         while not done():
             taken = host.reports_taken
-            host.pump()
+            moved = host.pump()
             if host.reports_taken != taken:
-                quiet = 0
+                idle = silent = 0
                 continue
             if host.runtimes_stopped:
                 raise OmniRuntimeError("no progress: the runtimes are shut down and the answer never came")
-            quiet += 1
-            if quiet > self.max_idle_rounds:
-                raise OmniRuntimeError(f"no progress: no runtime reported anything for {self.max_idle_rounds} "
-                                       f"rounds (idle, or busy without reporting) and the answer never came")
+            idle, silent = 0 if moved else idle + 1, silent + 1
+            if idle > self.max_idle_rounds:
+                raise OmniRuntimeError("no progress: the runtimes are idle and the answer never came")
+            self._check_silence(silent)
 
     def __enter__(self) -> Engine:
         return self

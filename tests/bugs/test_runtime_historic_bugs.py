@@ -213,6 +213,7 @@ def _parked_requests_fill_every_slot(config: SimConfig) -> dict[str, Any]:
     pipeline = simple_pipeline([StageKind.AR], replicas=1, max_running=2)
     runtimes = sim_runtimes(pipeline, 4, config)
     engine, monitor = monitored_engine(pipeline, runtimes)
+    engine.max_silent_rounds = 1000  # busy and silent for 1000 rounds: a deadlock, not a long step
     rids = [engine.submit(Prompt(max_tokens=4)) for _ in range(4)]
     ends: list[Any] = []
     for rid in rids:
@@ -234,14 +235,13 @@ def test_b4_a_scheduler_deadlocked_by_parked_requests_is_caught():
     resumes only while a slot is free, though it holds one itself. Two park, the two slots are theirs,
     and nothing runs or is admitted again while the replica keeps saying it is busy.
 
-    The sync engine's watchdog ends every wait (no report in ``max_idle_rounds`` rounds), and the
-    monitor names the requests left without a terminal: ORCH-INV-101 and ORCH-INV-208.
+    The sync engine's watchdog for silent runtimes ends every wait (no report in ``max_silent_rounds``
+    rounds), and the monitor names the requests left without a terminal: ORCH-INV-101 and ORCH-INV-208.
     """
     parked = SimConfig(park=1.0)
     assert _parked_requests_fill_every_slot(parked) == {
         "ends": [Outcome.FINISHED] * 4, "idle": None, "held": {}, "busy": False, "monitor": []}
-    no_report = "no progress: no runtime reported anything for 1000 rounds (idle, or busy without reporting) " \
-                "and the answer never came"  # fmt: skip
+    no_report = "no progress: a runtime says it is busy but reported nothing for 1000 rounds"
     assert _parked_requests_fill_every_slot(attrs.evolve(parked, parked_needs_free_slot=True)) == {
         "ends": [no_report] * 4,
         "idle": "no progress: a runtime says it is busy but reported nothing for 1000 rounds",

@@ -46,6 +46,7 @@ BAD_REPORTS: dict[str, tuple[Any, str]] = {
     "tokens a bool": (lambda rid: rp.Output(rid, 2, True, (6,)), "an Output of True tokens (bool; an int >= 0)"),
     "negative tokens": (lambda rid: rp.Output(rid, 2, -1, (6,)), "an Output of -1 tokens (int; an int >= 0)"),
     "seq not an int": (lambda rid: rp.Output(rid, "2", 1, (6,)), "the runtime's Output has seq '2' (an int is needed)"),
+    "seq a float, in order": (lambda rid: rp.Output(rid, 2.0, 1, (6,)), "has seq 2.0 (an int is needed)"),
     "a payload its stage cannot take": (lambda rid: rp.Output(rid, 2, 1, [6]),
                                         "the runtime's Output cannot be taken by its stage: TypeError"),
     "stop not a StopKind": (lambda rid: rp.Finished(rid, 2, "stop"), "a Finished with stop 'stop' (a StopKind)"),
@@ -84,6 +85,16 @@ def test_a_token_count_of_an_int_subclass_is_an_int() -> None:
     orch.report(0, 0, rp.StatusChanged(a, 0, SCHEDULED))
     orch.report(0, 0, rp.Output(a, 1, Count(2), (5, 6)))
     assert terminals(orch.report(0, 0, rp.Finished(a, 2)))[a].cumulative == 2
+
+
+def test_a_seq_of_an_int_subclass_is_an_int() -> None:
+    class Seq(int):
+        pass
+
+    orch = Orchestrator(simple_pipeline([StageKind.AR]))
+    a, _ = orch.submit(Prompt((1,)))
+    orch.report(0, 0, rp.StatusChanged(a, Seq(0), SCHEDULED))
+    assert terminals(orch.report(0, 0, rp.Finished(a, Seq(1))))[a].outcome is Outcome.FINISHED
 
 
 def test_an_output_without_a_payload_adds_no_tokens() -> None:

@@ -7,17 +7,20 @@ A long run in a log (stderr not a terminal) says how far it got every few second
 
 from __future__ import annotations
 
+import asyncio
 import resource
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from omni_runtime.cli import _progress_bar
+from omni_runtime import cli
+from omni_runtime.cli import _progress_bar, _until_terminated, main
 
 EXAMPLE = str(Path(__file__).parents[2] / "examples" / "pipeline.toml")
 OMNI_RUN = [sys.executable, "-c", "import sys; from omni_runtime.cli import main; sys.exit(main())"]
@@ -82,3 +85,54 @@ def test_progress_in_a_log_is_a_line_every_few_seconds_and_one_at_the_end(monkey
         show(done)
     assert capsys.readouterr().err.splitlines() == ["progress: 3/1000 requests", "progress: 5/1000 requests",
                                                     "progress: 1000/1000 requests"]  # fmt: skip
+
+
+def test_sigterm_cancels_the_run_once_and_leaves_the_callers_handler_in_place() -> None:
+    """A second SIGTERM does not cut the run's clean-up short; after the run, SIGTERM is the caller's again."""
+    steps: list[str] = []
+
+    async def run() -> None:
+        try:
+            signal.raise_signal(signal.SIGTERM)
+            await asyncio.sleep(1)
+        finally:
+            steps.append("cleaning up")
+            signal.raise_signal(signal.SIGTERM)
+            await asyncio.sleep(0.01)
+            steps.append("cleaned up")
+
+    def callers(signum: int, frame: Any) -> None:
+        steps.append("caller's handler")
+
+    previous = signal.signal(signal.SIGTERM, callers)
+    try:
+        with pytest.raises(asyncio.CancelledError):
+            asyncio.run(_until_terminated(run()))  # type: ignore[arg-type]
+        assert steps == ["cleaning up", "cleaned up"]
+        assert signal.getsignal(signal.SIGTERM) is callers
+        signal.raise_signal(signal.SIGTERM)
+        assert steps[-1] == "caller's handler"
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def test_omni_run_runs_outside_the_main_thread(tmp_path: Path) -> None:
+    codes: list[int] = []
+    thread = threading.Thread(target=lambda: codes.append(main([EXAMPLE, "--requests", "5", "--no-progress",
+                                                                 "--trace", str(tmp_path / "t.jsonl")])))  # fmt: skip
+    thread.start()
+    thread.join(60)
+    assert codes == [0]
+
+
+def test_an_interrupt_after_the_trace_was_written_does_not_say_it_was_not(tmp_path: Path, monkeypatch, capsys):
+    trace = tmp_path / "run.jsonl"
+    trace.write_text("prev\n")
+
+    def interrupted_while_printing(report: Any, path: str) -> str:
+        raise KeyboardInterrupt  # Ctrl-C once the run is over and its trace in place
+
+    monkeypatch.setattr(cli, "render", interrupted_while_printing)
+    assert main([EXAMPLE, "--requests", "5", "--no-progress", "--trace", str(trace)]) == 130
+    assert capsys.readouterr().err == "omni-run: interrupted\n"
+    assert trace.read_text().startswith('{"omni_fsm_trace"')

@@ -530,3 +530,68 @@ def test_an_async_abort_after_the_engine_died_has_nothing_left_to_abort():
         return ok, rest
 
     assert asyncio.run(main()) == (True, [(True, Outcome.FATAL)])
+
+
+class SlowAndSilent(Holding):
+    """Works ``steps`` steps on each request without a word (a long diffusion sample), then finishes it."""
+
+    def __init__(self, steps: int) -> None:
+        super().__init__()
+        self.steps, self.left, self.queue = steps, {}, []
+
+    def add_request(self, req_id, stage_input) -> None:
+        super().add_request(req_id, stage_input)
+        self.left[req_id] = self.steps
+
+    def step(self) -> bool:
+        for req_id in list(self.left):
+            self.left[req_id] -= 1
+            if not self.left[req_id]:
+                del self.left[req_id]
+                self.sink(rp.Finished(req_id, 1))
+        return bool(self.left)
+
+
+def test_a_runtime_busy_and_silent_for_long_is_waited_for_unless_a_silence_limit_is_set():
+    assert Engine(_one_ar(), [[SlowAndSilent(1500)]]).generate(Prompt())[-1].outcome is Outcome.FINISHED
+    engine = Engine(_one_ar(), [[SlowAndSilent(1500)]], max_silent_rounds=1000)
+    with pytest.raises(OmniRuntimeError, match="busy but reported nothing for 1000 rounds"):
+        engine.generate(Prompt())
+
+
+def test_a_closing_task_cancelled_by_someone_else_is_made_again_by_shutdown():
+    replicas = [Dying(), Dying()]
+
+    async def main() -> list[str]:
+        engine = AsyncEngine(_two_stages(), [[replicas[0]], [replicas[1]]])
+        await engine.start()
+        engine.submit(Prompt((1,)))
+        await asyncio.sleep(0.01)
+        replicas[0].die()
+        while engine._closing is None:
+            await asyncio.sleep(0)
+        engine._closing.cancel()  # an application (or a loop's teardown) cancelling every task
+        await asyncio.sleep(0)
+        await asyncio.wait_for(engine.shutdown(), 5)
+        return engine.host.history
+
+    assert asyncio.run(main())[-2:] == ["runtime 0/0 shut down", "runtime 1/0 shut down"]
+    assert [r.shut for r in replicas] == [True, True]
+
+
+def test_an_abort_after_a_shutdown_that_failed_is_refused_not_left_waiting():
+    def breaks_on_shutdown(event, outputs) -> None:
+        if type(event).__name__ == "Shutdown":
+            raise RuntimeError("hook broke")
+
+    async def main() -> None:
+        engine = AsyncEngine(_one_ar(), [[Holding()]], on_step=breaks_on_shutdown)
+        await engine.start()
+        rid = engine.submit(Prompt((1,)))
+        await asyncio.sleep(0.01)
+        with pytest.raises(OmniRuntimeError, match="hook broke"):
+            await engine.shutdown()
+        with pytest.raises(EngineNotRunning, match="the engine is shut down"):
+            await asyncio.wait_for(engine.abort(rid), 5)
+
+    asyncio.run(main())
