@@ -12,6 +12,8 @@ TRUTHFUL_ABORT = ("ORCH-INV-202", "truthful_abort_result")
 ABORT_ANSWERED = ("ORCH-INV-202", "one_result_per_aborted_request")
 RPC_ERRORS = ("ORCH-INV-205", "rpc_errors_propagated")
 IN_ORDER = ("IO-INV-101", "reports_in_sequence")
+#: the registry's shutdown-order invariant, whose check reads "the orchestrator stops before any runtime, and
+#: nothing happens after": a runtime's report after its own shutdown() is something happening after it
 SILENT_AFTER_SHUTDOWN = ("ORCH-INV-300", "no_report_after_shutdown")
 
 #: statuses of an accepted request that is not running (preempted, or parked until something arrives): an
@@ -154,15 +156,17 @@ class RawStreamChecker:
         if not raises and not report.ok:
             self._fail(RPC_ERRORS, report.call_id, f"RPC failed though no worker raised: {report.error}")
 
-    def at_end(self) -> list[KitViolation]:
-        """Judge a runtime stepped until idle, before its shutdown: every request ended, every RPC and abort
-        answered; return all violations."""
+    def at_end(self, still_busy_after: int | None = None) -> list[KitViolation]:
+        """Judge a runtime stepped until idle (or, ``still_busy_after``, one that still said it was busy after
+        that many steps), before its shutdown: every request ended, every RPC and abort answered; return all
+        violations."""
+        stepped = "stepped until idle" if still_busy_after is None else f"still busy after {still_busy_after} steps"
         if not self.dead:
             for rid in self.open_requests():
                 if rid in self.abort_refused:
                     self._fail(TRUTHFUL_ABORT, rid, "abort reported failed, but the request never ran on to a finish")
                 else:
-                    self._fail(ONE_FINISH, rid, "accepted but never finished (stepped until idle, before shutdown)")
+                    self._fail(ONE_FINISH, rid, f"accepted but never finished ({stepped}, before shutdown)")
             for call in sorted(set(self.rpcs) - self.answered):
                 self._fail(RPC_ERRORS, call, "RPC never answered")
             for abort_id, owed in sorted(self.asked_aborts.items()):

@@ -42,6 +42,16 @@ _REQ_IDS = st.integers(0, 2**31 - 1)
 _PICKS = st.lists(st.integers(0, 255), min_size=1, max_size=3)
 
 
+def teardown_steps(spec: StageSpec, requests: int) -> int:
+    """Return how many steps teardown gives a runtime with ``requests`` accepted requests to go idle.
+
+    Each request may run alone (``max_running=1``) at one token or denoising step per step, and
+    wait a few steps more (parked, preempted, for a chunk, a late report); that is doubled for a
+    slower runtime, with 100 steps more for RPCs.
+    """
+    return 2 * requests * (spec.max_tokens + spec.steps + 4) + 100
+
+
 def make_machine(factory: KitFactory, rpc_fails: bool = False, may_die: bool = False) -> type[RuleBasedStateMachine]:
     """Return a ``RuleBasedStateMachine`` checking runtimes made by ``factory`` (``may_die``: see the checker).
 
@@ -51,9 +61,10 @@ def make_machine(factory: KitFactory, rpc_fails: bool = False, may_die: bool = F
     wait (preempted, parked, waiting for a chunk) are also aborted right after the step that said so,
     where an abort by status goes wrong (B5); and requests that have ended are aborted late.
 
-    Teardown resumes (and wakes) a runtime the kit paused (or put to sleep), steps it until idle, and
-    only then judges that every request ended and every RPC and abort was answered; then it shuts the
-    runtime down (twice: ``shutdown`` is idempotent) and fails any report made from then on. With
+    Teardown resumes (and wakes) a runtime the kit paused (or put to sleep), steps it until idle (at
+    most ``teardown_steps``; a runtime still busy then is judged as such), and only then judges that
+    every request ended and every RPC and abort was answered; then it shuts the runtime down (twice:
+    ``shutdown`` is idempotent) and fails any report made from then on (ORCH-INV-300). With
     ``rpc_fails`` the kit's pause or sleep failed in a worker, so it did not take effect: the kit
     still sends the resume (whose answer must carry its error too) and demands the same progress.
     """
@@ -148,11 +159,14 @@ def make_machine(factory: KitFactory, rpc_fails: bool = False, may_die: bool = F
                 return
             for method in reversed(list(self.held)):
                 self.control(_UNDO[method])
-            for _ in range(500):
+            limit = teardown_steps(self.spec, len(self.checker.accepted))
+            still_busy_after: int | None = limit
+            for _ in range(limit):
                 if not self.runtime.step():
+                    still_busy_after = None
                     break
             self.runtime.step()
-            self.checker.at_end()  # progress is judged before shutdown(): that is not where work may get done
+            self.checker.at_end(still_busy_after)  # judged before shutdown(): that is not where work may get done
             self.checker.shut_down()
             self.runtime.shutdown()
             self.runtime.shutdown()

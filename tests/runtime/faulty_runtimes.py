@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import attrs
 
-from omni_fsm import ControlMethod
+from omni_fsm import ControlMethod, StopKind
 from omni_runtime import protocol as rp
 from omni_runtime.sim import SimConfig, sim_replica
 
@@ -80,14 +80,63 @@ class LyingAbortFailure(_Wrapper):
             self.sink(rp.AbortResult(abort_id, req_id, not known))
 
 
-class AbortMissesChunkWait(_Wrapper):
-    """B5-like: the abort removes requests by status and misses one waiting for an input chunk, yet answers ok."""
+class AbortMissesWait(_Wrapper):
+    """B5-like: the abort removes requests by status and misses one whose latest reported status is ``missed``
+    (in B5, waiting for an input chunk), yet answers ok: the request runs on."""
+
+    missed = rp.Status.AWAIT_CHUNK
+
+    @classmethod
+    def around(cls, inner, missed=rp.Status.AWAIT_CHUNK):
+        """Return ``inner`` wrapped, its aborts missing the requests whose latest reported status is ``missed``."""
+        wrapper = super().around(inner)
+        wrapper.missed = missed
+        return wrapper
+
+    def _wrap(self, inner) -> None:
+        super()._wrap(inner)
+        self.status = {}  #: request id -> the latest status reported for it, until it ends
+
+    def filter(self, report):
+        if isinstance(report, rp.StatusChanged):
+            self.status[report.req_id] = report.status
+        elif isinstance(report, (rp.Finished, rp.Failed)):
+            self.status.pop(report.req_id, None)
+        self.sink(report)
 
     def abort_requests(self, abort_id, req_ids):
-        missed = [r for r in req_ids if r in self.inner.requests and self.inner.requests[r].phase == "chunk"]
+        missed = [r for r in req_ids if self.status.get(r) is self.missed]
         self.inner.abort_requests(abort_id, [r for r in req_ids if r not in missed])
         for req_id in missed:
             self.sink(rp.AbortResult(abort_id, req_id, True))
+
+
+class StreamedInputWaits(_Wrapper):
+    """Not faulty: reports each wait for an input chunk as a wait for streamed input (``AWAIT_STREAMING``)."""
+
+    def filter(self, report):
+        if isinstance(report, rp.StatusChanged) and report.status is rp.Status.AWAIT_CHUNK:
+            report = attrs.evolve(report, status=rp.Status.AWAIT_STREAMING)
+        self.sink(report)
+
+
+class AbortOfEndedSaysFailed(_Wrapper):
+    """Answers the abort of a request it no longer holds (it ended) with "failed", as if it ran on: untruthful."""
+
+    def abort_requests(self, abort_id, req_ids):
+        gone = [r for r in req_ids if r not in self.inner.requests]
+        self.inner.abort_requests(abort_id, [r for r in req_ids if r not in gone])
+        for req_id in gone:
+            self.sink(rp.AbortResult(abort_id, req_id, False, "no such request"))
+
+
+class SixteenBitIds(_Wrapper):
+    """Keeps request ids in 16 bits: its reports about a request whose id is 65536 or more name another id."""
+
+    def filter(self, report):
+        if isinstance(report, rp.RequestReport):
+            report = attrs.evolve(report, req_id=report.req_id & 0xFFFF)
+        self.sink(report)
 
 
 class FirstOfBatchOnly(_Wrapper):
@@ -184,6 +233,16 @@ class FinishesOnlyAtShutdown:
         self.open = []
 
 
+class NeverIdle(FinishesOnlyAtShutdown):
+    """Does no work, yet says at every step that work is left (``steps``: how often it was stepped)."""
+
+    steps = 0
+
+    def step(self):
+        self.steps += 1
+        return True
+
+
 class HonoursPause(_Wrapper):
     """Does no work while its scheduler is paused or it sleeps, as vLLM (not faulty: a failed RPC changes nothing)."""
 
@@ -208,6 +267,55 @@ class HonoursPause(_Wrapper):
         self.inner.step()  # RPCs are still answered
         self.inner.requests = held
         return False  # as vLLM's has_requests() while paused: nothing to do until resumed
+
+
+class OneTokenPerStep:
+    """A slow runtime (not faulty): ``max_running`` requests at a time, first come first served, one token each
+    per step; it answers aborts at once and RPCs at its next step."""
+
+    def __init__(self, spec, stage, replica, rpc_fails):
+        self.spec, self.rpc_fails, self.sink = spec, rpc_fails, None
+        self.queue, self.running, self.rpcs = [], [], []
+        self.seq, self.generated = {}, {}
+
+    def bind(self, sink):
+        self.sink = sink
+
+    def _report(self, make, req_id, *args):
+        self.sink(make(req_id, self.seq[req_id], *args))
+        self.seq[req_id] += 1
+
+    def add_request(self, req_id, stage_input):
+        self.queue.append(req_id)
+        self.seq[req_id] = self.generated[req_id] = 0
+
+    def abort_requests(self, abort_id, req_ids):
+        for req_id in req_ids:
+            for held in (self.queue, self.running):
+                if req_id in held:
+                    held.remove(req_id)
+            self.sink(rp.AbortResult(abort_id, req_id, True))
+
+    def control(self, call_id, method, level, tags):
+        self.rpcs.append(call_id)
+
+    def step(self):
+        for call_id in self.rpcs:
+            self.sink(rp.RpcResult(call_id, not self.rpc_fails, "WorkerError: injected" if self.rpc_fails else None))
+        self.rpcs.clear()
+        while self.queue and len(self.running) < self.spec.max_running:
+            self.running.append(self.queue.pop(0))
+            self._report(rp.StatusChanged, self.running[-1], rp.Status.SCHEDULED)
+        for req_id in list(self.running):
+            self._report(rp.Output, req_id, 1, (0,))
+            self.generated[req_id] += 1
+            if self.generated[req_id] >= self.spec.max_tokens:
+                self._report(rp.Finished, req_id, StopKind.LENGTH)
+                self.running.remove(req_id)
+        return bool(self.queue or self.running)
+
+    def shutdown(self):
+        self.queue, self.running, self.rpcs = [], [], []
 
 
 class Raising(_Wrapper):

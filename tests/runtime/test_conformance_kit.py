@@ -11,21 +11,29 @@ import attrs
 import pytest
 from faulty_runtimes import (
     FAULTY,
-    AbortMissesChunkWait,
+    AbortMissesWait,
+    AbortOfEndedSaysFailed,
     DiesAtOnce,
     FinishesOnlyAtShutdown,
     FirstOfBatchOnly,
     HonoursPause,
     IgnoredAbort,
     MislabelledAbortResult,
+    NeverIdle,
+    OneTokenPerStep,
+    SixteenBitIds,
     SpeaksAfterDeath,
+    StreamedInputWaits,
 )
+from hypothesis import HealthCheck, Phase, settings
+from hypothesis.stateful import run_state_machine_as_test
 
 from omni_fsm import ControlMethod, StageKind
 from omni_runtime import protocol as rp
 from omni_runtime.pipeline import StageSpec
 from omni_runtime.sim import SimConfig, sim_replica
 from omni_runtime.testing import ConformanceError, check_runtime, make_machine, sim_factory
+from omni_runtime.testing._machine import teardown_steps
 
 HERE = Path(__file__).parent
 ROOT = HERE.parents[1]
@@ -34,6 +42,12 @@ AR = StageSpec(name="s", kind=StageKind.AR, final=True, replicas=1, max_running=
 
 def calm_sim(spec, stage, replica, rpc_fails):
     return sim_replica(spec, stage, replica, 1, SimConfig(rpc_error=1.0 if rpc_fails else 0.0))
+
+
+def _offered(machine, rule_name):
+    """Return whether Hypothesis may pick the rule ``rule_name`` now (a rule called by hand skips its preconditions)."""
+    rule = next(r for r in machine.rules if r.function.__name__ == rule_name)
+    return all(precondition(machine) for precondition in rule.preconditions)
 
 
 @pytest.mark.parametrize("factory", [calm_sim, sim_factory], ids=["without-faults", "with-faults"])
@@ -64,44 +78,107 @@ def test_kit_aborts_several_requests_in_one_call_and_wants_a_result_for_each():
         machine.teardown()
 
 
-def _chunk_waits(spec, stage, replica, rpc_fails):
-    """The simulator, every AR request of more than one token waiting once for an input chunk."""
-    return sim_replica(spec, stage, replica, 3, SimConfig(chunk_wait=1.0, rpc_error=float(rpc_fails)))
+#: each wait a request can report: the simulator's behaviour that makes every AR request of more than one token
+#: report it once, and a request id that does (seed 3). The simulator never waits for streamed input: its chunk
+#: waits are reported as that (``StreamedInputWaits``).
+WAIT_CASES = {
+    rp.Status.PREEMPTED: (SimConfig(preempt=1.0), 7),
+    rp.Status.AWAIT_GRAMMAR: (SimConfig(park=1.0), 4),
+    rp.Status.AWAIT_REMOTE_KVS: (SimConfig(park=1.0), 7),
+    rp.Status.AWAIT_CHUNK: (SimConfig(chunk_wait=1.0), 7),
+    rp.Status.AWAIT_STREAMING: (SimConfig(chunk_wait=1.0), 7),
+}
 
 
-def _chunk_waits_missed(spec, stage, replica, rpc_fails):
-    """``_chunk_waits`` with B5 put back."""
-    return AbortMissesChunkWait(spec, stage, replica, rpc_fails, SimConfig(chunk_wait=1.0, rpc_error=float(rpc_fails)))
+def _waits(status, missed):
+    """Return a factory: the simulator as ``WAIT_CASES`` says; ``missed``: its abort misses a request in ``status``."""
+
+    def factory(spec, stage, replica, rpc_fails):
+        runtime = sim_replica(spec, stage, replica, 3, attrs.evolve(WAIT_CASES[status][0], rpc_error=float(rpc_fails)))
+        if status is rp.Status.AWAIT_STREAMING:
+            runtime = StreamedInputWaits.around(runtime)
+        return AbortMissesWait.around(runtime, missed=status) if missed else runtime
+
+    return factory
 
 
-def test_kit_aborts_a_request_waiting_for_a_chunk_and_fails_a_runtime_that_keeps_it():
-    """B5: an abort by status misses the wait for an input chunk. A fixed sequence of the kit's own rules:
-    the simulator passes it, the same simulator with B5 put back breaks ORCH-INV-209."""
-    for runtime in (_chunk_waits, _chunk_waits_missed):
-        machine = make_machine(runtime)()
-        machine.start(AR)
-        machine.add(req_id=7, tokens=[1, 2])
-        machine.step(steps=4)  # stops at the step after which request 7 waits
-        assert machine.checker.waiting == {7: rp.Status.AWAIT_CHUNK}
-        machine.abort_waiting()
-        assert machine.checker.aborted == {7} and machine.checker.asked_aborts == {1000: set()}
-        machine.step(steps=1)
-        if runtime is _chunk_waits:
-            machine.stream_is_clean()
-            machine.teardown()
-    with pytest.raises(ConformanceError, match=r"^ORCH-INV-209 \(no_output_after_acknowledged_abort\) for 7: "
+def _judge_abort_of_a_wait(machine, req_id, missed):
+    """Step past an abort that landed on a wait: the simulator stays clean; with the wait missed, ORCH-INV-209."""
+    machine.step(steps=1)
+    if not missed:
+        machine.stream_is_clean()
+        machine.teardown()
+        return
+    with pytest.raises(ConformanceError, match=rf"^ORCH-INV-209 \(no_output_after_acknowledged_abort\) for {req_id}: "
                                                r"StatusChanged after the abort was acknowledged"):  # fmt: skip
         machine.stream_is_clean()
 
 
-def test_kit_finds_an_abort_that_misses_a_chunk_wait_by_itself():
-    """Left to draw its own examples, the kit aborts requests right after they report a wait (where B5 bites).
+@pytest.mark.parametrize("missed", [False, True], ids=["sim", "abort-misses-it"])
+@pytest.mark.parametrize("status", list(WAIT_CASES), ids=lambda status: status.name)
+def test_kit_aborts_a_request_that_reports_a_wait_and_fails_a_runtime_that_keeps_it(status, missed):
+    """B5 and its kin: an abort by status misses a request that waits (B5: for an input chunk; also
+    preempted, parked for a grammar or remote KVs, waiting for streamed input). A fixed sequence of
+    the kit's own rules: the simulator passes it, the same simulator with its abort missing that
+    status breaks ORCH-INV-209."""
+    req_id = WAIT_CASES[status][1]
+    machine = make_machine(_waits(status, missed))()
+    machine.start(AR)
+    machine.add(req_id=req_id, tokens=[1, 2])
+    machine.step(steps=4)  # stops at the step after which the request waits
+    assert machine.checker.waiting == {req_id: status} and _offered(machine, "abort_waiting")
+    machine.abort_waiting()
+    assert machine.checker.aborted == {req_id} and machine.checker.asked_aborts == {1000: set()}
+    _judge_abort_of_a_wait(machine, req_id, missed)
 
-    With chunk waits as common as here it found B5 in 100 runs out of 100; at the simulator's
-    ``legal(0.2)`` rate (``AbortMissesChunkWait`` as it is), in about 9 runs out of 10.
+
+@pytest.mark.parametrize("missed", [False, True], ids=["sim", "abort-misses-it"])
+@pytest.mark.parametrize("status", list(WAIT_CASES), ids=lambda status: status.name)
+def test_kit_aborts_a_request_in_the_step_that_reports_its_wait(status, missed):
+    """The kit's own ``step_then_abort_waits`` (no abort picked by hand) aborts a request right after the
+    step that reports its wait, where an abort by status misses it.
+
+    A fixed sequence: drawn at random, the kit's plain ``step`` and ``abort`` land aborts there too,
+    so a drawn run finds B5 with or without this rule (and ``abort_waiting``).
     """
-    with pytest.raises(ConformanceError, match=r"^ORCH-INV-209 \(no_output_after_acknowledged_abort\)"):
-        check_runtime(_chunk_waits_missed, max_examples=40, shrink=False)
+    req_id = WAIT_CASES[status][1]
+    machine = make_machine(_waits(status, missed))()
+    machine.start(AR)
+    machine.add(req_id=req_id, tokens=[1, 2])
+    machine.step_then_abort_waits(steps=4)
+    assert machine.checker.aborted == {req_id} and machine.checker.asked_aborts == {1000: set()}
+    _judge_abort_of_a_wait(machine, req_id, missed)
+
+
+@pytest.mark.parametrize("runtime", [calm_sim, AbortOfEndedSaysFailed], ids=lambda factory: factory.__name__)
+def test_kit_aborts_requests_that_already_ended_and_wants_a_truthful_result(runtime):
+    """An abort that crossed its requests' finish: "failed" would say they run on (ORCH-INV-202). A fixed
+    sequence of the kit's own rules: the simulator passes it, a runtime that says "failed" does not."""
+    machine = make_machine(runtime)()
+    machine.start(AR)
+    machine.add(req_id=3, tokens=[1], samples=2)
+    for _ in range(8):
+        machine.step(steps=4)
+    assert machine.checker.finished.keys() == {3, 4} and _offered(machine, "abort_late")
+    machine.abort_late(picks=[1, 0])
+    assert machine.checker.asked_aborts == {1000: set()}
+    if runtime is calm_sim:
+        machine.teardown()
+        return
+    with pytest.raises(ConformanceError, match=r"^ORCH-INV-202 \(truthful_abort_result\) for 4: abort reported failed "
+                                               r"for a request that had already ended"):  # fmt: skip
+        machine.stream_is_clean()
+
+
+def test_kit_draws_request_ids_and_fails_a_runtime_that_keeps_them_in_16_bits():
+    """Ids 0, 1, 2, ... never reach 65536; the kit's drawn ids do, in nearly every example. Run
+    derandomized (Hypothesis's fixed seed, whatever the profile): it is the kit's own draws that find it."""
+    never_accepted = r"for \d+: a report about a request never accepted"
+    with pytest.raises(ConformanceError, match=rf"^ORCH-INV-101 \(one_finish_per_accepted_request\) {never_accepted}"):
+        run_state_machine_as_test(make_machine(SixteenBitIds), settings=settings(
+            derandomize=True, max_examples=40, stateful_step_count=30, deadline=None, database=None,
+            phases=[Phase.explicit, Phase.generate], suppress_health_check=list(HealthCheck),
+            report_multiple_bugs=False))  # fmt: skip
 
 
 def test_kit_judges_progress_before_shutdown_and_wants_silence_after():
@@ -116,6 +193,29 @@ def test_kit_judges_progress_before_shutdown_and_wants_silence_after():
         "ORCH-INV-300 (no_report_after_shutdown) for 5: Finished after shutdown() was called"]
     with pytest.raises(ConformanceError, match=r"^ORCH-INV-101 \(one_finish_per_accepted_request\) .*never finished"):
         check_runtime(FinishesOnlyAtShutdown, max_examples=40, shrink=False)
+
+
+def test_kit_gives_a_slow_runtime_the_steps_its_requests_need_before_judging_it():
+    """30 adds of 3 samples (as many as ``check_runtime``'s 30 rules can make) of 8 tokens each, one at a
+    time, one token per step: a correct runtime needs about 720 steps to finish them."""
+    machine = make_machine(OneTokenPerStep)()
+    machine.start(AR)
+    for i in range(30):
+        machine.add(req_id=10 * i, tokens=[1], samples=3)
+    machine.teardown()
+    assert len(machine.checker.finished) == 90
+    check_runtime(OneTokenPerStep, max_examples=15)
+
+
+def test_kit_says_a_runtime_that_never_goes_idle_was_still_busy():
+    machine = make_machine(NeverIdle)()
+    machine.start(AR)
+    machine.add(req_id=5, tokens=[])
+    limit = teardown_steps(AR, 1)
+    busy = rf"for 5: accepted but never finished \(still busy after {limit} steps, before shutdown\)$"
+    with pytest.raises(ConformanceError, match=rf"^ORCH-INV-101 \(one_finish_per_accepted_request\) {busy}"):
+        machine.teardown()
+    assert machine.runtime.steps == limit + 1  # and one step more, as for every runtime
 
 
 @pytest.mark.parametrize("rpc_fails", [False, True], ids=["rpcs-work", "rpcs-fail"])
