@@ -45,18 +45,22 @@ def workloads() -> st.SearchStrategy[list[tuple[int, int, int]]]:
     return st.lists(one, min_size=1, max_size=8)
 
 
-def check_runtime(factory: KitFactory, max_examples: int = 30, shrink: bool = True, may_die: bool = False) -> None:
+def check_runtime(factory: KitFactory, max_examples: int = 30, shrink: bool = True, may_die: bool = False,
+                  derandomize: bool | None = None) -> None:  # fmt: skip
     """Run the conformance machine against ``factory`` (with and without worker RPC errors).
 
     Raises ``ConformanceError`` naming the first invariant the runtime breaks. A runtime that
     reports its own death fails unless ``may_die`` (a death excuses everything it still owes).
+    ``derandomize=True`` runs the same examples every time (a test that must not depend on the
+    seed); ``None`` leaves it to the active Hypothesis profile.
     """
     phases = [Phase.explicit, Phase.reuse, Phase.generate, *([Phase.shrink] if shrink else [])]
+    run = settings(max_examples=max_examples, stateful_step_count=30, deadline=None, phases=phases,
+                   suppress_health_check=list(HealthCheck), database=None, report_multiple_bugs=False)  # fmt: skip
+    if derandomize is not None:
+        run = settings(run, derandomize=derandomize)
     for rpc_fails in (False, True):
-        machine = make_machine(factory, rpc_fails, may_die)
-        run_state_machine_as_test(machine, settings=settings(
-            max_examples=max_examples, stateful_step_count=30, deadline=None, phases=phases,
-            suppress_health_check=list(HealthCheck), database=None, report_multiple_bugs=False))  # fmt: skip
+        run_state_machine_as_test(make_machine(factory, rpc_fails, may_die), settings=run)
 
 
 def load_factory(spec: str) -> KitFactory:

@@ -57,14 +57,14 @@ def test_kit_passes_the_simulator(factory):
 
 @pytest.mark.parametrize("invariant", sorted(FAULTY))
 def test_kit_fails_each_faulty_runtime_naming_the_invariant(invariant):
-    with pytest.raises(ConformanceError, match=invariant):
-        check_runtime(FAULTY[invariant], max_examples=40, shrink=False)
+    with pytest.raises(ConformanceError, match=invariant):  # the same examples every run: not a matter of luck
+        check_runtime(FAULTY[invariant], max_examples=40, shrink=False, derandomize=True)
 
 
 @pytest.mark.parametrize("runtime", [IgnoredAbort, MislabelledAbortResult, FirstOfBatchOnly], ids=lambda c: c.__name__)
 def test_kit_fails_a_runtime_that_does_not_answer_the_aborts_it_was_asked(runtime):
     with pytest.raises(ConformanceError, match=r"^ORCH-INV-202 \(one_result_per_aborted_request\)"):
-        check_runtime(runtime, max_examples=40, shrink=False)
+        check_runtime(runtime, max_examples=40, shrink=False, derandomize=True)
 
 
 def test_kit_aborts_several_requests_in_one_call_and_wants_a_result_for_each():
