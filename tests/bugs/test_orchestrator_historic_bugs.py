@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 from faulty_runtimes import Raising
-from helpers import assert_drained, demo_pipeline, monitor_for, monitored_engine
+from helpers import assert_drained, demo_pipeline, monitor_for, monitored_engine, verdict
 
 from omni_fsm import ControlMethod, EngineState, Outcome
 from omni_runtime import AsyncEngine, EngineNotRunning, OmniRuntimeError, Orchestrator, Prompt, RpcError
@@ -27,12 +27,6 @@ from omni_runtime.testing import RawStreamChecker
 
 LOOPS = ["event", "poll"]
 PAUSE, RESUME = ControlMethod.PAUSE_SCHEDULER, ControlMethod.RESUME_SCHEDULER
-
-
-def _verdict(monitor) -> list[tuple[str, str, int | None]]:
-    """Return every violation the monitor found, the end-of-history rules included."""
-    monitor.finish()
-    return [(v.invariant, v.check, v.rid) for v in monitor.violations]
 
 
 async def _outcome(call) -> Any:
@@ -114,7 +108,7 @@ def _cancel_a_wait_before_its_answer(wait: str, loop: str) -> dict[str, Any]:
         stopped = await _outcome(engine.shutdown())
         return {"late answer": (type(answers[0]).__name__, answers[0].call_id), "then": then,
                 "others": others, "loop error": loop_error, "shutdown": stopped, "left": left,
-                "monitor": _verdict(monitor)}  # fmt: skip
+                "monitor": verdict(monitor)}  # fmt: skip
 
     return asyncio.run(main())
 
@@ -211,7 +205,7 @@ def _a_worker_error_in_pause_scheduler() -> dict[str, Any]:
     engine.shutdown()
     assert_drained(engine.orchestrator)
     return {"got": repr(got), "judged": _rpc_answers_judged([(True, got)]), "state": state, "ends": ends,
-            "monitor": _verdict(monitor)}  # fmt: skip
+            "monitor": verdict(monitor)}  # fmt: skip
 
 
 def test_b11_a_worker_error_reaches_its_caller_and_ends_no_request():
@@ -252,7 +246,7 @@ def _a_runtime_raises_in_a_control_rpc(loop: str) -> dict[str, Any]:
         stopped = await _outcome(engine.shutdown())
         return {"got": [repr(paused), repr(resumed)], "judged": _rpc_answers_judged([(True, paused), (False, resumed)]),
                 "ends": ends, "loop error": repr(loop_error), "shutdown": repr(stopped),
-                "monitor": _verdict(monitor)}  # fmt: skip
+                "monitor": verdict(monitor)}  # fmt: skip
 
     return asyncio.run(main())
 
@@ -316,7 +310,7 @@ def _engine_dies_under_four_requests() -> dict[str, Any]:
         else:
             ends.append(([m.finished for m in messages].count(True), messages[-1].outcome, messages[-1].stage))
     return {"ends": ends, "state": engine.host.engine_state, "history": engine.host.history,
-            "monitor": _verdict(monitor)}  # fmt: skip
+            "monitor": verdict(monitor)}  # fmt: skip
 
 
 def test_b9_engine_death_ends_every_request_once_and_shuts_down_in_order():

@@ -14,7 +14,7 @@ from typing import Any
 import attrs
 import pytest
 from faulty_runtimes import DoubleFinish, OutputAfterAbort, SwallowedRpcError
-from helpers import demo_pipeline, monitored_engine
+from helpers import demo_pipeline, monitored_engine, verdict
 
 from omni_fsm import ControlMethod, Effect, Outcome, StageKind, core
 from omni_fsm import observations as ob
@@ -33,12 +33,6 @@ ABORT_PREFIX = CHECKS["ar_abort_delivers_prefix"]  #: ORCH-INV-200
 
 def _wrapped(pipeline, cls):
     return [[cls(spec, s, r, False) for r in range(spec.replicas)] for s, spec in enumerate(pipeline.stages)]
-
-
-def _verdict(monitor) -> list[tuple[str, str, int | None]]:
-    """Return every violation the monitor found, the end-of-history rules included."""
-    monitor.finish()
-    return [(v.invariant, v.check, v.rid) for v in monitor.violations]
 
 
 def _sim(config: SimConfig | None = None):
@@ -180,7 +174,7 @@ def test_b11_a_runtime_swallowing_its_worker_error_is_flagged():
     assert engine.control(ControlMethod.PAUSE_SCHEDULER) is None  # no RpcError: the error was swallowed
     assert engine.control(ControlMethod.RESUME_SCHEDULER) is None
     assert [list(engine.outputs(rid))[-1].outcome for rid in rids] == [Outcome.FINISHED] * 3
-    assert _verdict(monitor) == []
+    assert verdict(monitor) == []
     script = [("control", True), ("step",)]
     assert _raw_stream(_sim(raising), script) == ([[], [("RpcResult", 10)]], [])
     assert _raw_stream(SwallowedRpcError.around(_sim(raising)), script) == (
@@ -204,7 +198,7 @@ def test_b4_parked_requests_never_deadlock_admission(capacity):
     engine, monitor = monitored_engine(pipeline, runtimes)
     outcomes = [engine.generate(Prompt(max_tokens=4))[-1].outcome for _ in range(6)]
     assert outcomes == [Outcome.FINISHED] * 6
-    assert _verdict(monitor) == []
+    assert verdict(monitor) == []
 
 
 def _parked_requests_fill_every_slot(config: SimConfig) -> dict[str, Any]:
@@ -227,7 +221,7 @@ def _parked_requests_fill_every_slot(config: SimConfig) -> dict[str, Any]:
         idle = str(exc)
     replica = runtimes[0][0]
     return {"ends": ends, "idle": idle, "held": {rid: req.phase for rid, req in replica.requests.items()},
-            "busy": replica.busy(), "monitor": _verdict(monitor)}  # fmt: skip
+            "busy": replica.busy(), "monitor": verdict(monitor)}  # fmt: skip
 
 
 def test_b4_a_scheduler_deadlocked_by_parked_requests_is_caught():
@@ -244,7 +238,7 @@ def test_b4_a_scheduler_deadlocked_by_parked_requests_is_caught():
     no_report = "no progress: a runtime says it is busy but reported nothing for 1000 rounds"
     assert _parked_requests_fill_every_slot(attrs.evolve(parked, parked_needs_free_slot=True)) == {
         "ends": [no_report] * 4,
-        "idle": "no progress: a runtime says it is busy but reported nothing for 1000 rounds",
+        "idle": no_report,
         "held": {0: "parked", 1: "parked", 2: "waiting", 3: "waiting"}, "busy": True,
         "monitor": [(invariant, check, rid) for rid in range(4) for invariant, check in
                     (("ORCH-INV-101", "one_terminal_per_request"), ("ORCH-INV-208", "no_state_after_terminal"))]}
@@ -284,13 +278,14 @@ def _abort_after_two_messages() -> dict[str, Any]:
     assert [m.finished for m in seen] == [False, False, True] and seen[-1].outcome is Outcome.ABORTED
     assert streamed == tuple(t for m in full[:2] for t in m.data) and len(streamed) == 4 < len(full[-1].data)
     return {"terminal": (seen[-1].data, seen[-1].cumulative), "streamed": streamed, "client": _prefix_judged(seen),
-            "monitor": _verdict(monitor)}  # fmt: skip
+            "monitor": verdict(monitor)}  # fmt: skip
 
 
 def test_b8_ar_abort_delivers_the_generated_prefix():
     """B8 (vllm-omni#6367): an AR abort at a final-output stage carries the prefix the client already saw."""
     run = _abort_after_two_messages()
-    assert run == {"terminal": (run["streamed"], 4), "streamed": run["streamed"], "client": [], "monitor": []}
+    streamed = run.pop("streamed")  # (the helper checked it: the first two messages' four tokens)
+    assert run == {"terminal": (streamed, 4), "client": [], "monitor": []}
 
 
 def _b8_core_sizes_no_prefix(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -323,7 +318,8 @@ def test_b8_an_abort_sized_without_its_prefix_is_caught(monkeypatch: pytest.Monk
     view name ORCH-INV-200."""
     _b8_core_sizes_no_prefix(monkeypatch)
     run = _abort_after_two_messages()
-    assert run == {"terminal": (None, 0), "streamed": run["streamed"],
+    del run["streamed"]  # (the helper checked it)
+    assert run == {"terminal": (None, 0),
                    "client": [("ORCH-INV-200", "ar_abort_delivers_prefix", 0)],
                    "monitor": [("ORCH-INV-200", "ar_abort_delivers_prefix", 0)]}  # fmt: skip
 
@@ -333,5 +329,6 @@ def test_b8_an_abort_rendered_without_its_prefix_is_caught(monkeypatch: pytest.M
     prefix right, so the monitor is clean; the client's view names ORCH-INV-200."""
     _b8_orchestrator_renders_no_prefix(monkeypatch)
     run = _abort_after_two_messages()
-    assert run == {"terminal": (None, 4), "streamed": run["streamed"],
+    del run["streamed"]  # (the helper checked it)
+    assert run == {"terminal": (None, 4),
                    "client": [("ORCH-INV-200", "ar_abort_delivers_prefix", 0)], "monitor": []}  # fmt: skip

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 
-from omni_fsm import SPEC, Outcome, Spec, StageKind
+from omni_fsm import Outcome, StageKind
 from omni_fsm.invariants import Monitor
 from omni_runtime import AsyncEngine, ClientMessage, Engine, Orchestrator, Pipeline, Prompt, simple_pipeline
 from omni_runtime.sim import SimConfig, sim_runtimes
@@ -22,10 +22,16 @@ def monitor_for(pipeline: Pipeline) -> Monitor:
     return Monitor(pipeline.kinds, pipeline.final, pipeline.slots)
 
 
-def monitored_engine(pipeline: Pipeline, runtimes, spec: Spec = SPEC) -> tuple[Engine, Monitor]:
-    """Return a sync engine over ``runtimes`` (on ``spec``) and the monitor that judges every step it takes."""
+def monitored_engine(pipeline: Pipeline, runtimes) -> tuple[Engine, Monitor]:
+    """Return a sync engine over ``runtimes`` and the monitor that judges every step it takes."""
     monitor = monitor_for(pipeline)
-    return Engine(pipeline, runtimes, spec=spec, on_step=monitor.step), monitor
+    return Engine(pipeline, runtimes, on_step=monitor.step), monitor
+
+
+def verdict(monitor: Monitor) -> list[tuple[str, str, int | None]]:
+    """Return every violation the monitor found, the end-of-history rules included."""
+    monitor.finish()
+    return [(v.invariant, v.check, v.rid) for v in monitor.violations]
 
 
 def assert_drained(orchestrator: Orchestrator) -> None:

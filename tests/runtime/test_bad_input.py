@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from faulty_runtimes import Raising
 from helpers import assert_drained
 
 from omni_fsm import Outcome, StageKind, StopKind
@@ -128,32 +129,18 @@ def test_a_prompt_checks_its_fields_when_made(fields: dict[str, Any], error: typ
         Prompt(**fields)
 
 
-class AbortRaises:
-    """Wraps a runtime whose ``abort_requests`` always raises; counts the calls."""
-
-    def __init__(self, inner: Any) -> None:
-        self.inner, self.calls = inner, 0
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
-
-    def abort_requests(self, abort_id: int, req_ids: Any) -> None:
-        self.calls += 1
-        raise RuntimeError("cannot abort now")
-
-
 def test_an_abort_that_raises_for_samples_fails_them_once_without_a_retry_loop() -> None:
     pipeline = simple_pipeline([StageKind.AR])
     runtimes: list[list[Any]] = sim_runtimes(pipeline, seed=1)
-    runtimes[0][0] = raising = AbortRaises(runtimes[0][0])
+    runtimes[0][0] = raising = Raising.around(runtimes[0][0], abort_requests=2)
     engine = Engine(pipeline, runtimes)
     rid = engine.submit(Prompt((1, 2)), n=2)
     engine.host.pump()  # both samples dispatched and scheduled
     assert engine.abort(rid) is True  # the request is gone (it failed), so the abort has nothing left to do
-    assert raising.calls == 1  # one physical abort for both samples, not sent again to the runtime that raised
+    assert raising.calls == {"abort_requests": 1}  # one abort for both samples, not sent again to the one that raised
     messages = list(engine.outputs(rid))
     ends = [(m.sample, m.outcome, m.error) for m in messages if m.stage_final or m.finished]
-    error = "its physical abort raised: RuntimeError: cannot abort now"
+    error = "its physical abort raised: RuntimeError: abort_requests broke"
     assert ends == [(0, Outcome.FAILED, error), (1, Outcome.FAILED, error), (-1, Outcome.FAILED, "error")]
     assert_drained(engine.orchestrator)
 
