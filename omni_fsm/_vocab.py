@@ -178,13 +178,24 @@ class ControlMethod(IdentityHashedEnum):
     RESUME_SCHEDULER = "resume_scheduler"
 
 
+_STAGE_KIND_BY_VALUE = {kind.value: kind for kind in StageKind}
+
+
 def stage_kinds(kinds: Iterable[object]) -> tuple[StageKind, ...]:
     """Return ``kinds`` as ``StageKind`` members (``"ar"`` is ``StageKind.AR``); ``ConfigError`` names a bad one."""
-    by_value = {kind.value: kind for kind in StageKind}
     members: list[StageKind] = []
     for i, kind in enumerate(kinds):
-        member = kind if isinstance(kind, StageKind) else by_value.get(kind) if type(kind) is str else None
+        member = kind if isinstance(kind, StageKind) else _STAGE_KIND_BY_VALUE.get(kind) if type(kind) is str else None
         if member is None:
-            raise ConfigError(f"stage {i} kind: expected one of {sorted(by_value)}, got {kind!r}")
+            raise ConfigError(f"stage {i} kind: expected one of {sorted(_STAGE_KIND_BY_VALUE)}, got {kind!r}")
         members.append(member)
     return tuple(members)
+
+
+def pipeline_shape(kinds: Iterable[object], final: Iterable[bool]) -> tuple[tuple[StageKind, ...], tuple[bool, ...]]:
+    """Return a pipeline's stage kinds (as ``stage_kinds``) and final flags; ``ConfigError`` unless there is at
+    least one stage and one flag per stage (what the core, the monitor and the trace writer all require)."""
+    kinds_t, final_t = stage_kinds(kinds), tuple(final)
+    if not kinds_t or len(kinds_t) != len(final_t):
+        raise ConfigError("a pipeline needs at least one stage and one 'final' flag per stage")
+    return kinds_t, final_t

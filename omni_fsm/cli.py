@@ -25,36 +25,22 @@ SUBCOMMANDS: dict[str, tuple[str, str, str]] = {
     "diagram": ("omni_fsm.diagram", "main", "print the lifecycle as a mermaid state diagram"),
     "traceability": ("omni_fsm.traceability", "main", "print docs/traceability.md from specs/"),
 }
-#: subcommand -> (option, option, why): options that do not combine.
-CONFLICTS: dict[str, tuple[str, str, str]] = {
-    "diagram": ("engine", "markdown", "the markdown document holds both diagrams"),
-}
 BROKEN_PIPE = 141  #: the exit status when stdout's reader went away (128 + SIGPIPE, as the shell reports it)
-
-
-def _build() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
-    parser = argparse.ArgumentParser(prog="omni-fsm", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
-    parsers: dict[str, argparse.ArgumentParser] = {}
-    for name, (module, _, help_text) in SUBCOMMANDS.items():
-        parsers[name] = sub.add_parser(name, help=help_text, description=help_text)
-        importlib.import_module(module).add_arguments(parsers[name])
-    return parser, parsers
 
 
 def build_parser() -> argparse.ArgumentParser:
     """Return the argument parser with every subcommand registered."""
-    return _build()[0]
+    parser = argparse.ArgumentParser(prog="omni-fsm", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name, (module, _, help_text) in SUBCOMMANDS.items():
+        sub_parser = sub.add_parser(name, help=help_text, description=help_text)
+        importlib.import_module(module).add_arguments(sub_parser)
+    return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``omni-fsm``; return the process exit code."""
-    parser, parsers = _build()
-    args = parser.parse_args(argv)
-    if args.command in CONFLICTS:
-        first, second, why = CONFLICTS[args.command]
-        if getattr(args, first) and getattr(args, second):
-            parsers[args.command].error(f"argument --{first}: not allowed with argument --{second} ({why})")
+    args = build_parser().parse_args(argv)
     module, func, _ = SUBCOMMANDS[args.command]
     run: Callable[[argparse.Namespace], int] = getattr(importlib.import_module(module), func)
     return interruptible(f"omni-fsm {args.command}", lambda: _quiet_on_broken_pipe(run, args))

@@ -26,7 +26,7 @@ from omni_fsm._vocab import (
     ReqState,
     Role,
     StageKind,
-    stage_kinds,
+    pipeline_shape,
 )
 from omni_fsm.errors import ConfigError, InternalError, LifecycleError
 
@@ -73,9 +73,7 @@ class Lifecycle:
 
     def __init__(self, kinds: Iterable[StageKind], final: Iterable[bool], capacity: int = 1 << 30,
                  spec: Spec = SPEC) -> None:
-        kinds_t, final_t = stage_kinds(kinds), tuple(final)  # "ar" is StageKind.AR; anything else is refused
-        if not kinds_t or len(kinds_t) != len(final_t):
-            raise ConfigError("a pipeline needs at least one stage and one 'final' flag per stage")
+        kinds_t, final_t = pipeline_shape(kinds, final)  # "ar" is StageKind.AR; anything else is refused
         if not final_t[-1]:
             raise ConfigError("the last stage must be a final-output stage")
         if capacity < 1:

@@ -153,8 +153,9 @@ def render_lifecycle_markdown(spec: Spec = SPEC) -> str:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Register ``omni-fsm diagram``'s options on ``parser``."""
-    parser.add_argument("--engine", action="store_true", help="draw the engine control plane instead")
-    parser.add_argument("--markdown", action="store_true", help="print the whole docs/lifecycle.md")
+    one = parser.add_mutually_exclusive_group()  # the markdown document holds both diagrams
+    one.add_argument("--engine", action="store_true", help="draw the engine control plane instead")
+    one.add_argument("--markdown", action="store_true", help="print the whole docs/lifecycle.md (both diagrams)")
 
 
 def main(args: argparse.Namespace) -> int:

@@ -19,7 +19,7 @@ from omni_fsm import events as ev
 from omni_fsm import observations as ob
 from omni_fsm._explorer import DEFAULT_FAMILIES, FAMILIES, Bound, Counterexample, Report, explore
 from omni_fsm._table import SPEC, Spec
-from omni_fsm._vocab import StageKind
+from omni_fsm._vocab import stage_kinds
 from omni_fsm.core import Lifecycle
 from omni_fsm.errors import InternalError, LifecycleError
 
@@ -58,7 +58,10 @@ def bound_from_args(args: argparse.Namespace) -> Bound:
     unknown = families - set(FAMILIES)
     if unknown:
         raise ValueError(f"unknown event families: {', '.join(sorted(unknown))}")
-    kinds = tuple(StageKind(k.strip()) for k in args.kinds.split(",") if k.strip())
+    try:
+        kinds = stage_kinds(k.strip() for k in args.kinds.split(",") if k.strip())
+    except ValueError as exc:
+        raise ValueError(f"--kinds: {exc}") from None
     for flag, value, least in (("--requests", args.requests, 1), ("--stages", args.stages, 1),
                                ("--final-stages", args.final_stages, 1), ("--n", args.n, 1),
                                ("--companions", args.companions, 0), ("--capacity", args.capacity, 1),

@@ -52,7 +52,7 @@ from omni_fsm._trace_codec import END_KEY as END_KEY
 from omni_fsm._trace_codec import VERSION_KEY as VERSION_KEY
 from omni_fsm._trace_codec import Decode as Decode
 from omni_fsm._trace_codec import Item as Item
-from omni_fsm._vocab import StageKind, stage_kinds
+from omni_fsm._vocab import StageKind, pipeline_shape
 from omni_fsm.errors import ConfigError, MalformedInput
 
 # -- reading -----------------------------------------------------------------------------------
@@ -296,10 +296,7 @@ class TraceWriter:
         """Write the header line (once, first)."""
         if self._header_written:
             raise ConfigError("the header is already written")
-        kinds_t, final_t = stage_kinds(kinds), tuple(final)
-        if not kinds_t or len(kinds_t) != len(final_t):  # what ``Lifecycle`` refuses, in its words
-            raise ConfigError("a pipeline needs at least one stage and one 'final' flag per stage")
-        head = TraceHeader(kinds_t, final_t, capacity)
+        head = TraceHeader(*pipeline_shape(kinds, final), capacity)
         try:
             parse_header(head.encode())  # never write a header the reader would refuse
         except ValueError as err:

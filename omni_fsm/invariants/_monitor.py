@@ -17,8 +17,7 @@ from typing import Any
 
 from omni_fsm import events as ev
 from omni_fsm import observations as ob
-from omni_fsm._vocab import EngineState, Outcome, Role, StageKind, stage_kinds
-from omni_fsm.errors import ConfigError
+from omni_fsm._vocab import EngineState, Outcome, Role, StageKind, pipeline_shape
 from omni_fsm.invariants import upstream as up
 from omni_fsm.invariants._checks import (
     ABORT_ENDS,
@@ -68,9 +67,7 @@ class Monitor:
     """Judges a history step by step against every invariant; collects the violations."""
 
     def __init__(self, kinds: Sequence[StageKind], final: Sequence[bool], capacity: int = 1 << 30) -> None:
-        self.kinds, self.final, self.capacity = stage_kinds(kinds), tuple(final), capacity
-        if not self.kinds or len(self.kinds) != len(self.final):  # what ``Lifecycle`` refuses, in its words
-            raise ConfigError("a pipeline needs at least one stage and one 'final' flag per stage")
+        (self.kinds, self.final), self.capacity = pipeline_shape(kinds, final), capacity
         self.views: dict[int, View] = {}
         self.engine = EngineState.RUNNING
         self.slots = [0] * len(self.kinds)
