@@ -50,7 +50,8 @@ class _Route:
         self.next_seq = 0
         self.held: dict[int, rp.RequestReport] | None = None  #: reports that arrived early, by seq
         self.result: Any = None  #: accumulated output at the current stage
-        self.companions: tuple[tuple[int, Any], ...] = ()  #: (id, result) of each finished CFG companion
+        #: (id, result) of each finished CFG companion, in companion (id) order
+        self.companions: tuple[tuple[int, Any], ...] = ()
         self.error: str | None = None
 
 
@@ -399,7 +400,7 @@ class Orchestrator:
         done = route.companions
         if route.parent >= 0 and route.parent in self.routes:  # an n>1 sample uses its parent's companions
             done = self.routes[route.parent].companions
-        companions = tuple(result for _, result in sorted(done)) if done else ()  # in companion order
+        companions = tuple(result for _, result in done) if done else ()
         route.result = self._inputs[o.dst](route.prompt, route.result, companions)  # the next stage's input
 
     def _dispatch(self, o: ob.Dispatched, out: Commands) -> None:
@@ -451,7 +452,7 @@ class Orchestrator:
         if route is not None and route.parent >= 0:
             parent = self.routes.get(route.parent)
             if parent is not None and route.companion:
-                parent.companions = (*parent.companions, (rid, route.result))
+                parent.companions = tuple(sorted((*parent.companions, (rid, route.result)), key=_by_id))
         if self._abort_callers:
             self._answer_abort(rid, True, out)  # ended some other way while an abort was pending
 
@@ -502,6 +503,10 @@ _OBSERVATIONS: dict[type, Callable[[Orchestrator, Any, Commands], None]] = {
     ob.OrchestratorStopped: Orchestrator._on_orchestrator_stopped,
     ob.RuntimesStopped: Orchestrator._on_runtimes_stopped,
 }  # fmt: skip
+
+
+def _by_id(pair: tuple[int, Any]) -> int:
+    return pair[0]
 
 
 def _without(command: cmd.Command, rid: int) -> cmd.Command:

@@ -16,10 +16,9 @@ IN_ORDER = ("IO-INV-101", "reports_in_sequence")
 #: nothing happens after": a runtime's report after its own shutdown() is something happening after it
 SILENT_AFTER_SHUTDOWN = ("ORCH-INV-300", "no_report_after_shutdown")
 
-#: statuses of an accepted request that is not running (preempted, or parked until something arrives): an
-#: abort that goes by status may miss a request in one of them (B5)
-WAITS = frozenset({rp.Status.PREEMPTED, rp.Status.AWAIT_GRAMMAR, rp.Status.AWAIT_REMOTE_KVS,
-                   rp.Status.AWAIT_STREAMING, rp.Status.AWAIT_CHUNK})  # fmt: skip
+#: statuses of an accepted request that is not running (preempted, or parked until something arrives): every
+#: scheduler status but running and ready again; an abort that goes by status may miss a request in one (B5)
+WAITS = frozenset(rp.Status) - {rp.Status.SCHEDULED, rp.Status.INPUT_READY}
 
 
 @attrs.frozen
