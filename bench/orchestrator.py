@@ -56,7 +56,7 @@ from omni_fsm import StageKind
 from omni_runtime import AsyncEngine, Orchestrator, Prompt, simple_pipeline
 from omni_runtime import commands as cmd
 from omni_runtime import protocol as rp
-from omni_runtime.sim import instant, instant_runtimes
+from omni_runtime.runtimes.sim import instant, instant_runtimes
 
 PIPELINE = simple_pipeline([StageKind.AR, StageKind.AR, StageKind.DIFFUSION], replicas=1, max_running=1 << 20)
 STAGES = len(PIPELINE.stages)

@@ -45,7 +45,7 @@ class AsyncEngine:
         if loop not in (EVENT, POLL):
             raise ConfigError(f"loop must be {EVENT!r} or {POLL!r}, not {loop!r}")
         if runtimes is None:
-            from omni_runtime.sim import sim_runtimes
+            from omni_runtime.runtimes.sim import sim_runtimes
 
             runtimes = sim_runtimes(pipeline, seed)
         self.host = Host(pipeline, runtimes, spec=spec, on_step=on_step)

@@ -41,7 +41,7 @@ class Engine:
                  max_idle_rounds: int = 1000, max_silent_rounds: int | None = None) -> None:  # fmt: skip
         pipeline = require_pipeline(pipeline, "Engine")
         if runtimes is None:
-            from omni_runtime.sim import sim_runtimes
+            from omni_runtime.runtimes.sim import sim_runtimes
 
             runtimes = sim_runtimes(pipeline, seed)
         self.host = Host(pipeline, runtimes, spec=spec, on_step=on_step)

@@ -24,7 +24,7 @@ from omni_runtime.adapters import Prompt
 from omni_runtime.driver import EVENT, POLL, AsyncEngine
 from omni_runtime.errors import ConfigError, OptionError, RpcError
 from omni_runtime.pipeline import Pipeline, require_pipeline
-from omni_runtime.sim import SimConfig, sim_runtimes
+from omni_runtime.runtimes.sim import SimConfig, sim_runtimes
 
 
 def _integer(value: Any) -> bool:

@@ -22,7 +22,7 @@ from omni_runtime import commands as cmd
 from omni_runtime import orchestrator as orchestrator_module
 from omni_runtime import protocol as rp
 from omni_runtime.host import Host
-from omni_runtime.sim import SimConfig, sim_runtimes
+from omni_runtime.runtimes.sim import SimConfig, sim_runtimes
 from omni_runtime.testing import RawStreamChecker
 
 LOOPS = ["event", "poll"]

@@ -24,7 +24,7 @@ from omni_runtime import orchestrator as orchestrator_module
 from omni_runtime import protocol as rp
 from omni_runtime.adapters import StageInput
 from omni_runtime.pipeline import StageSpec
-from omni_runtime.sim import SimConfig, sim_replica, sim_runtimes
+from omni_runtime.runtimes.sim import SimConfig, sim_replica, sim_runtimes
 from omni_runtime.testing import RawStreamChecker
 
 AR_STAGE = StageSpec("s", StageKind.AR, final=True, max_running=2, max_tokens=8)

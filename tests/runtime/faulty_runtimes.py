@@ -9,7 +9,7 @@ import attrs
 
 from omni_fsm import ControlMethod, StopKind
 from omni_runtime import protocol as rp
-from omni_runtime.sim import SimConfig, sim_replica
+from omni_runtime.runtimes.sim import SimConfig, sim_replica
 
 
 class _Wrapper:

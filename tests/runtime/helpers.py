@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from omni_fsm import Outcome, StageKind
 from omni_fsm.invariants import Monitor
 from omni_runtime import AsyncEngine, ClientMessage, Engine, Orchestrator, Pipeline, Prompt, simple_pipeline
-from omni_runtime.sim import SimConfig, sim_runtimes
+from omni_runtime.runtimes.sim import SimConfig, sim_runtimes
 
 
 def demo_pipeline(replicas: int = 2) -> Pipeline:

@@ -12,7 +12,7 @@ from omni_fsm import ControlMethod, Outcome, StageKind
 from omni_fsm import events as ev
 from omni_fsm import observations as ob
 from omni_runtime import AsyncEngine, Engine, Prompt, RpcError, simple_pipeline
-from omni_runtime.sim import SimConfig, sim_runtimes
+from omni_runtime.runtimes.sim import SimConfig, sim_runtimes
 
 
 def _recording_monitor(pipeline, rid=0):

@@ -31,7 +31,7 @@ from hypothesis.stateful import run_state_machine_as_test
 from omni_fsm import ControlMethod, StageKind
 from omni_runtime import protocol as rp
 from omni_runtime.pipeline import StageSpec
-from omni_runtime.sim import SimConfig, sim_replica
+from omni_runtime.runtimes.sim import SimConfig, sim_replica
 from omni_runtime.testing import ConformanceError, check_runtime, make_machine, sim_factory
 from omni_runtime.testing._machine import teardown_steps
 

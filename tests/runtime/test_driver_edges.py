@@ -15,7 +15,7 @@ from omni_runtime import AsyncEngine, ClientMessage, Engine, EngineNotRunning, O
 from omni_runtime import commands as cmd
 from omni_runtime import protocol as rp
 from omni_runtime.host import Host
-from omni_runtime.sim import SimConfig, instant_runtimes, sim_runtimes
+from omni_runtime.runtimes.sim import SimConfig, instant_runtimes, sim_runtimes
 
 LOOPS = ["event", "poll"]
 

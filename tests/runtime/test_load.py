@@ -18,10 +18,10 @@ from pathlib import Path
 
 from helpers import assert_drained
 
-import omni_runtime.sim
+import omni_runtime.runtimes.sim
 from omni_fsm import StageKind
 from omni_runtime import ClientMessage, Engine, Prompt, simple_pipeline
-from omni_runtime.sim import SimConfig, sim_runtimes
+from omni_runtime.runtimes.sim import SimConfig, sim_runtimes
 
 REQUESTS = 10_000
 ABORT_RATE = 0.2
@@ -31,7 +31,7 @@ PIPELINE = simple_pipeline([StageKind.AR, StageKind.AR, StageKind.DIFFUSION], fi
 
 
 #: the simulated runtimes' files: what they allocate is left out of the traced memory compared
-_STAGES = tracemalloc.Filter(False, str(Path(omni_runtime.sim.__file__).parent / "*"))
+_STAGES = tracemalloc.Filter(False, str(Path(omni_runtime.runtimes.sim.__file__).parent / "*"))
 
 
 def _traced() -> int:

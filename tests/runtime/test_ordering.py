@@ -6,7 +6,7 @@ from helpers import assert_stage_ordered, demo_pipeline, monitor_for, run_sync
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from omni_runtime.sim import SimConfig
+from omni_runtime.runtimes.sim import SimConfig
 
 request = st.one_of(
     st.tuples(st.just(1), st.just(0), st.integers(0, 6)),

@@ -13,7 +13,7 @@ from omni_fsm import StageKind
 from omni_runtime import Orchestrator, Prompt, simple_pipeline
 from omni_runtime import protocol as rp
 
-SIM = Path(__file__).parents[2] / "omni_runtime" / "sim"
+RUNTIMES = Path(__file__).parents[2] / "omni_runtime" / "runtimes"
 #: what a runtime must never import: the orchestrator and the drivers around it
 FORBIDDEN = ("omni_runtime.orchestrator", "omni_runtime.host", "omni_runtime.driver", "omni_runtime.sync")
 
@@ -97,7 +97,7 @@ def test_the_import_check_catches_every_form(source):
 def test_the_import_check_allows_what_runtimes_use():
     allowed = "\n".join([
         "from omni_runtime import protocol as rp", "from omni_runtime.adapters import StageInput",
-        "from omni_runtime.sim._base import SimReplica", "from . import ar", "from .config import SimConfig",
+        "from omni_runtime.runtimes.sim._base import SimReplica", "from . import ar", "from .config import SimConfig",
         "from ..pipeline import StageSpec", "import omni_runtime.protocol", "from omni_fsm import StageKind",
         "from omni_runtime import hosting", "import omni_runtime.synchronous",
     ])  # fmt: skip
@@ -105,10 +105,10 @@ def test_the_import_check_allows_what_runtimes_use():
 
 
 def test_runtimes_import_no_orchestrator_or_driver():
-    paths = sorted(SIM.rglob("*.py"))
-    assert paths, SIM
+    paths = sorted(RUNTIMES.rglob("*.py"))
+    assert paths, RUNTIMES
     for path in paths:
-        package = ".".join(("omni_runtime", *path.relative_to(SIM.parent).parent.parts))
+        package = ".".join(("omni_runtime", *path.relative_to(RUNTIMES.parent).parent.parts))
         assert _forbidden_imports(path.read_text(), package) == [], path
 
 

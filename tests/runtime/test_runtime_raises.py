@@ -15,7 +15,7 @@ from helpers import assert_drained, demo_pipeline, monitor_for, monitored_engine
 
 from omni_fsm import ControlMethod, Outcome
 from omni_runtime import AsyncEngine, Engine, Prompt, RpcError
-from omni_runtime.sim import sim_runtimes
+from omni_runtime.runtimes.sim import sim_runtimes
 
 
 def engine_with(stage: int, replica: int, **calls: int):

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from omni_fsm import Outcome
 from omni_runtime import AsyncEngine, Engine, Prompt
-from omni_runtime.sim import SimConfig, sim_runtimes
+from omni_runtime.runtimes.sim import SimConfig, sim_runtimes
 
 
 def _order_ok(history: list[str]) -> None:

@@ -6,7 +6,7 @@ import zlib
 
 from omni_fsm import StopKind
 from omni_runtime import protocol as rp
-from omni_runtime.sim._base import SimReplica, SimRequest
+from omni_runtime.runtimes.sim._base import SimReplica, SimRequest
 
 
 class SimDiffusion(SimReplica):

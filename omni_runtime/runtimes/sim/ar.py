@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from omni_fsm import StopKind
 from omni_runtime import protocol as rp
-from omni_runtime.sim._base import SimReplica, SimRequest
+from omni_runtime.runtimes.sim._base import SimReplica, SimRequest
 
 _S = rp.Status
 

@@ -10,7 +10,7 @@ from omni_fsm import ControlMethod
 from omni_runtime import protocol as rp
 from omni_runtime.adapters import StageInput
 from omni_runtime.pipeline import StageSpec
-from omni_runtime.sim.config import SimConfig
+from omni_runtime.runtimes.sim.config import SimConfig
 
 
 def request_rng(seed: int, stage: int, req_id: int) -> random.Random:

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from omni_fsm import StageKind
 from omni_runtime.pipeline import Pipeline, StageSpec
-from omni_runtime.sim._base import SimReplica
-from omni_runtime.sim.ar import SimAR
-from omni_runtime.sim.config import SimConfig
-from omni_runtime.sim.diffusion import SimDiffusion
-from omni_runtime.sim.instant import InstantReplica
+from omni_runtime.runtimes.sim._base import SimReplica
+from omni_runtime.runtimes.sim.ar import SimAR
+from omni_runtime.runtimes.sim.config import SimConfig
+from omni_runtime.runtimes.sim.diffusion import SimDiffusion
+from omni_runtime.runtimes.sim.instant import InstantReplica
 
 
 def sim_replica(spec: StageSpec, stage: int, replica: int, seed: int = 0,
