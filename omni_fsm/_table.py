@@ -127,11 +127,9 @@ ABORTABLE_BOUND = BOUND
 STAGE_LIVE = BOUND | {S.ABORTING}
 _FINISH = (("stopped", S.FINISHED_STOPPED), ("length_capped", S.FINISHED_LENGTH_CAPPED),
            ("repetition", S.FINISHED_REPETITION))
-#: Parking waits entered from WAITING (as upstream: grammar and remote KV waits precede running)
-_PARK_BEFORE_RUNNING: tuple[tuple[type[ev.StageEvent], S], ...] = (
-    (ev.AwaitGrammar, S.WAITING_FOR_GRAMMAR),
-    (ev.AwaitRemoteKVs, S.WAITING_FOR_REMOTE_KVS),
-)
+#: States a stage finishes a request from: running, or parked between the turns of a streaming-input session
+#: (vLLM ends a parked session when its input ends)
+_FINISHES_FROM: tuple[S, ...] = (S.RUNNING, S.WAITING_FOR_STREAMING_REQ)
 #: Parking waits entered from RUNNING (a streaming / chunked input runs, then waits for more)
 _PARK_WHILE_RUNNING: tuple[tuple[type[ev.StageEvent], S], ...] = (
     (ev.AwaitStreamingReq, S.WAITING_FOR_STREAMING_REQ),
@@ -155,8 +153,11 @@ def request_rows() -> list[Row]:
     rows += _rows([S.WAITING], ev.Scheduled, S.RUNNING, ("slot_free",))
     rows += _rows([S.PREEMPTED], ev.Scheduled, S.RUNNING, ("slot_free", "ar_stage"))
     rows += _rows([S.RUNNING], ev.Preempted, S.PREEMPTED, ("ar_stage",))
-    for wait, parked in _PARK_BEFORE_RUNNING:
-        rows += _rows([S.WAITING], wait, parked, ("ar_stage", "slot_free", "nothing_generated"))
+    # a grammar wait begins as the request is made; a remote KV load may begin for any queued request (vLLM
+    # 0.32: also a preempted one, which, once loaded, is queued as preempted again)
+    rows += _rows([S.WAITING], ev.AwaitGrammar, S.WAITING_FOR_GRAMMAR, ("ar_stage", "nothing_generated"))
+    rows += _rows([S.WAITING, S.PREEMPTED], ev.AwaitRemoteKVs, S.WAITING_FOR_REMOTE_KVS, ("ar_stage",))
+    rows += _rows([S.WAITING_FOR_REMOTE_KVS], ev.Preempted, S.PREEMPTED, ("ar_stage",))
     for wait, parked in _PARK_WHILE_RUNNING:
         rows += _rows([S.RUNNING], wait, parked, ("ar_stage",))
     rows += _rows(PARKED, ev.InputReady, S.WAITING)
@@ -165,15 +166,17 @@ def request_rows() -> list[Row]:
                   effects=(D.ACCUMULATE, D.EMIT_PARTIAL))
     rows += _rows([S.RUNNING], ev.StageOutput, None, effects=(D.ACCUMULATE,))
     rows += _rows([S.WAITING], ev.StageFinished, S.FINISHED_IGNORED, ("prompt_ignored", "nothing_generated"))
+    # a stage finishes a running request, or a streaming-input session parked between turns whose input ended
+    finishing = _FINISHES_FROM
     for guard, finished in _FINISH:
-        rows += _rows([S.RUNNING], ev.StageFinished, finished, (guard, "last_stage"))
+        rows += _rows(finishing, ev.StageFinished, finished, (guard, "last_stage"))
     more = ("last_stage", "prompt_ignored")  # an earlier stage finished: forward (or wait)
-    rows += _rows([S.RUNNING], ev.StageFinished, S.STAGE_DONE, ("companions_pending", "final_output_stage"),
+    rows += _rows(finishing, ev.StageFinished, S.STAGE_DONE, ("companions_pending", "final_output_stage"),
                   more, (D.EMIT_STAGE_FINAL,))
-    rows += _rows([S.RUNNING], ev.StageFinished, S.STAGE_DONE, ("companions_pending",), more)
-    rows += _rows([S.RUNNING], ev.StageFinished, S.WAITING, ("final_output_stage",), more,
+    rows += _rows(finishing, ev.StageFinished, S.STAGE_DONE, ("companions_pending",), more)
+    rows += _rows(finishing, ev.StageFinished, S.WAITING, ("final_output_stage",), more,
                   (D.EMIT_STAGE_FINAL, D.FORWARD))
-    rows += _rows([S.RUNNING], ev.StageFinished, S.WAITING, unless=more, effects=(D.FORWARD,))
+    rows += _rows(finishing, ev.StageFinished, S.WAITING, unless=more, effects=(D.FORWARD,))
     # CFG companions: forward only once every companion is done; a lost one fails the parent
     rows += _rows([S.STAGE_DONE], ev.CompanionEnded, S.WAITING, ("companion_ok", "last_companion"),
                   effects=(D.NOTE_COMPANION, D.FORWARD))
@@ -219,7 +222,8 @@ def _follow_interrupted(rows: list[Row]) -> list[Row]:
     Derived from the rows above: a scheduler report that moves the interrupted state (to a
     state still bound to the stage) moves it while ``ABORTING`` too; any other is illegal.
     """
-    reports = {ev.Scheduled, ev.Preempted, ev.InputReady, *(e for e, _ in _PARK_BEFORE_RUNNING + _PARK_WHILE_RUNNING)}
+    reports = {ev.Scheduled, ev.Preempted, ev.InputReady, ev.AwaitGrammar, ev.AwaitRemoteKVs,
+               *(e for e, _ in _PARK_WHILE_RUNNING)}
     return [Row(S.ABORTING, r.event, S.ABORTING, (resumes(r.source), *r.when), r.unless, (D.FOLLOW_INTERRUPTED,),
                 r.target) for r in rows if r.event in reports and r.source in ABORTABLE_BOUND and r.target in BOUND]
 

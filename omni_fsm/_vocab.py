@@ -28,10 +28,10 @@ class ReqState(IdentityHashedEnum):
     NEW = "new"  #: record created by ``submit``; the Submit event decides where it goes
     PENDING = "pending"  #: submitted, admission held (engine paused)
     WAITING = "waiting"  #: dispatched to the current stage, queued, holds no slot
-    WAITING_FOR_GRAMMAR = "waiting_for_structured_output_grammar"  #: parked, holds a slot
-    WAITING_FOR_REMOTE_KVS = "waiting_for_remote_kvs"  #: parked, holds a slot
-    WAITING_FOR_STREAMING_REQ = "waiting_for_streaming_req"  #: parked, holds a slot
-    WAITING_FOR_CHUNK = "waiting_for_chunk"  #: vLLM-Omni async chunk: parked, holds a slot
+    WAITING_FOR_GRAMMAR = "waiting_for_structured_output_grammar"  #: parked, holds no slot
+    WAITING_FOR_REMOTE_KVS = "waiting_for_remote_kvs"  #: parked, holds no slot (its KV blocks are loading)
+    WAITING_FOR_STREAMING_REQ = "waiting_for_streaming_req"  #: parked between turns, holds no slot
+    WAITING_FOR_CHUNK = "waiting_for_chunk"  #: vLLM-Omni async chunk: parked, holds no slot
     RUNNING = "running"  #: scheduled at the current stage, holds a slot
     PREEMPTED = "preempted"  #: AR only: evicted, back in the queue, holds no slot
     STAGE_DONE = "stage_done"  #: stage finished; waits for CFG companions before forwarding
@@ -64,7 +64,7 @@ TERMINAL: frozenset[ReqState] = frozenset(
 )
 #: Every state that is not terminal.
 LIVE: frozenset[ReqState] = frozenset(ReqState) - TERMINAL
-#: Parked sub-states: waiting for something outside the scheduler while holding a slot.
+#: Parked sub-states: waiting for something outside the scheduler (bound to the stage, holding no slot).
 PARKED: frozenset[ReqState] = frozenset(
     {
         ReqState.WAITING_FOR_GRAMMAR,
@@ -73,10 +73,12 @@ PARKED: frozenset[ReqState] = frozenset(
         ReqState.WAITING_FOR_CHUNK,
     }
 )
-#: States that occupy one of the current stage's running slots.
-HOLDS_SLOT: frozenset[ReqState] = PARKED | {ReqState.RUNNING}
+#: States that occupy one of the current stage's running slots: running only. As upstream vLLM counts
+#: ``max_num_seqs``, a parked request holds no running slot (counting it was B4, vllm#53130: once running +
+#: parked reached the cap, nothing was admitted again); vLLM parks any number of requests.
+HOLDS_SLOT: frozenset[ReqState] = frozenset({ReqState.RUNNING})
 #: States in which the request is bound to (dispatched at) its current stage.
-BOUND: frozenset[ReqState] = HOLDS_SLOT | {ReqState.WAITING, ReqState.PREEMPTED}
+BOUND: frozenset[ReqState] = PARKED | {ReqState.RUNNING, ReqState.WAITING, ReqState.PREEMPTED}
 
 
 class FinishReason(IdentityHashedEnum):

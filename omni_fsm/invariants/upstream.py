@@ -1,7 +1,16 @@
-"""Upstream vLLM's request-status transitions, written from vLLM v1's scheduler (0.32).
+"""Upstream vLLM's request-status transitions (AR-INV-001), independent of this project's table.
 
-Independent of this project's table: AR-INV-001 judges the AR sub-states a runtime reports
-against this relation, so a table that drifts from upstream is caught rather than mirrored.
+Two views of one relation:
+
+- ``VLLM_MOVES``: every assignment of ``Request.status`` vLLM v1's scheduler may make, over vLLM's
+  own status names (each ``FINISHED_*`` apart). The vLLM binding's contract test records every
+  assignment the real scheduler makes and judges it with ``vllm_move_allowed``; this encoding
+  was checked that way against the versions in ``CHECKED_AGAINST``.
+- ``UPSTREAM``: the same relation as an AR runtime *reports* it (every ``FINISHED_*`` is one
+  ``FINISHED``; a resumable request's turn that ends and resumes is reported as a wait for
+  streamed input, never as an end). The monitor judges the AR sub-states a runtime reports
+  against it, so a table that drifts from upstream is caught rather than mirrored.
+
 Omni-specific differences are listed apart (``OMNI_DOCUMENTED``), each with its reason.
 """
 
@@ -14,17 +23,71 @@ STREAMING = "WAITING_FOR_STREAMING_REQ"
 CHUNK = "WAITING_FOR_CHUNK"  # vLLM-Omni
 RUNNING = "RUNNING"
 PREEMPTED = "PREEMPTED"
-FINISHED = "FINISHED"  # any FINISHED_* status
+FINISHED = "FINISHED"  # any FINISHED_* status, as reported
 
-#: status -> statuses upstream vLLM may move it to (a request enters as WAITING).
-UPSTREAM: dict[str, frozenset[str]] = {
-    WAITING: frozenset({RUNNING, REMOTE_KVS, GRAMMAR, FINISHED}),
-    GRAMMAR: frozenset({WAITING, FINISHED}),
-    REMOTE_KVS: frozenset({WAITING, FINISHED}),
-    STREAMING: frozenset({WAITING, FINISHED}),
-    RUNNING: frozenset({PREEMPTED, STREAMING, FINISHED}),
-    PREEMPTED: frozenset({RUNNING, FINISHED}),
+#: vLLM's final statuses
+FINISHED_STOPPED, FINISHED_LENGTH_CAPPED, FINISHED_REPETITION = "FINISHED_STOPPED", "FINISHED_LENGTH_CAPPED", \
+    "FINISHED_REPETITION"  # fmt: skip
+FINISHED_ABORTED, FINISHED_IGNORED, FINISHED_ERROR = "FINISHED_ABORTED", "FINISHED_IGNORED", "FINISHED_ERROR"
+VLLM_FINISHED = frozenset({FINISHED_STOPPED, FINISHED_LENGTH_CAPPED, FINISHED_REPETITION, FINISHED_ABORTED,
+                           FINISHED_IGNORED, FINISHED_ERROR})  # fmt: skip
+#: the vLLM versions whose scheduler the binding's contract test checked this encoding against
+CHECKED_AGAINST = ("0.32.0",)
+
+#: the statuses a request is created in (``Request.__init__``: WAITING, then the grammar wait if it has one)
+VLLM_ENTRY = frozenset({WAITING})
+#: status -> statuses vLLM's scheduler may move it to (any request)
+VLLM_MOVES: dict[str, frozenset[str]] = {
+    WAITING: frozenset({RUNNING, REMOTE_KVS, GRAMMAR, *VLLM_FINISHED}),
+    GRAMMAR: frozenset({WAITING, *VLLM_FINISHED}),
+    # a load that ends puts a request that had been preempted back as PREEMPTED (0.32, seen by the contract test)
+    REMOTE_KVS: frozenset({WAITING, PREEMPTED, *VLLM_FINISHED}),
+    STREAMING: frozenset({WAITING, *VLLM_FINISHED}),
+    RUNNING: frozenset({PREEMPTED, *VLLM_FINISHED}),
+    # a preempted request's KV may be loaded again from a connector (0.32, seen by the contract test)
+    PREEMPTED: frozenset({RUNNING, REMOTE_KVS, *VLLM_FINISHED}),
 }
+#: statuses a resumable request's turn may end in; the session then resumes (seen by the contract test)
+TURN_ENDS = frozenset({FINISHED_STOPPED, FINISHED_LENGTH_CAPPED, FINISHED_REPETITION})
+#: moves only a resumable request (a streaming-input session) makes: its turn ended and, in the same call, it
+#: waits for its next input, or takes the input already queued
+VLLM_RESUMABLE_MOVES: dict[str, frozenset[str]] = dict.fromkeys(TURN_ENDS, frozenset({STREAMING, WAITING}))
+
+
+def vllm_move_allowed(src: object, dst: object, resumable: bool = False) -> bool:
+    """Return whether vLLM may assign status ``dst`` to a request in ``src`` (``None``: being created).
+
+    Statuses are vLLM's ``RequestStatus`` members or their names.
+    """
+    old, new = _name(src), _name(dst)
+    if old is None:
+        return new in VLLM_ENTRY
+    if new in VLLM_MOVES.get(old, frozenset()):
+        return True
+    return resumable and new in VLLM_RESUMABLE_MOVES.get(old, frozenset())
+
+
+def _name(status: object) -> str | None:
+    return None if status is None else str(getattr(status, "name", status))
+
+
+def _reported(status: str) -> str:
+    return FINISHED if status in VLLM_FINISHED else status
+
+
+def _reported_moves() -> dict[str, frozenset[str]]:
+    """Return ``VLLM_MOVES`` as a runtime reports it: each final status is one ``FINISHED``, which nothing leaves;
+    a turn that ends and resumes (``RUNNING -> TURN_ENDS -> STREAMING or WAITING``) is ``RUNNING -> STREAMING``
+    (then ``STREAMING -> WAITING``)."""
+    moves = {src: {_reported(d) for d in dsts} for src, dsts in VLLM_MOVES.items()}
+    if VLLM_RESUMABLE_MOVES:
+        moves[RUNNING].add(STREAMING)
+        moves[STREAMING].add(WAITING)
+    return {src: frozenset(dsts) for src, dsts in moves.items()}
+
+
+#: status -> statuses upstream vLLM may move it to, as a runtime reports them (a request enters as WAITING)
+UPSTREAM: dict[str, frozenset[str]] = _reported_moves()
 
 #: Differences vLLM-Omni documents: (from, to) -> why.
 OMNI_DOCUMENTED: dict[tuple[str, str], str] = {
@@ -35,5 +98,5 @@ OMNI_DOCUMENTED: dict[tuple[str, str], str] = {
 
 
 def allowed(src: str, dst: str) -> bool:
-    """Return whether moving an AR request from status ``src`` to ``dst`` is upstream-aligned."""
+    """Return whether moving an AR request from reported status ``src`` to ``dst`` is upstream-aligned."""
     return dst in UPSTREAM.get(src, frozenset()) or (src, dst) in OMNI_DOCUMENTED

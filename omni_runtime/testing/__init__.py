@@ -15,6 +15,7 @@ nothing may be reported (``make_machine`` says how). Strategies: ``stage_specs``
 from __future__ import annotations
 
 import importlib
+from collections.abc import Collection
 
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
@@ -46,13 +47,14 @@ def workloads() -> st.SearchStrategy[list[tuple[int, int, int]]]:
 
 
 def check_runtime(factory: KitFactory, max_examples: int = 30, shrink: bool = True, may_die: bool = False,
-                  derandomize: bool | None = None) -> None:  # fmt: skip
+                  derandomize: bool | None = None, kinds: Collection[StageKind] = tuple(StageKind)) -> None:  # fmt: skip
     """Run the conformance machine against ``factory`` (with and without worker RPC errors).
 
     Raises ``ConformanceError`` naming the first invariant the runtime breaks. A runtime that
     reports its own death fails unless ``may_die`` (a death excuses everything it still owes).
     ``derandomize=True`` runs the same examples every time (a test that must not depend on the
-    seed); ``None`` leaves it to the active Hypothesis profile.
+    seed); ``None`` leaves it to the active Hypothesis profile. ``kinds``: the stage kinds the runtime
+    serves (the kit draws stages of those kinds only).
     """
     phases = [Phase.explicit, Phase.reuse, Phase.generate, *([Phase.shrink] if shrink else [])]
     run = settings(max_examples=max_examples, stateful_step_count=30, deadline=None, phases=phases,
@@ -60,7 +62,7 @@ def check_runtime(factory: KitFactory, max_examples: int = 30, shrink: bool = Tr
     if derandomize is not None:
         run = settings(run, derandomize=derandomize)
     for rpc_fails in (False, True):
-        run_state_machine_as_test(make_machine(factory, rpc_fails, may_die), settings=run)
+        run_state_machine_as_test(make_machine(factory, rpc_fails, may_die, kinds), settings=run)
 
 
 def load_factory(spec: str) -> KitFactory:
@@ -95,6 +97,8 @@ def pytest_addoption(parser):  # type: ignore[no-untyped-def]
     parser.addoption("--omni-runtime", default=None, help="check this runtime factory (package.module:factory)")
     parser.addoption("--omni-runtime-may-die", action="store_true",
                      help="the runtime may report its own death (a death excuses what it still owes)")  # fmt: skip
+    parser.addoption("--omni-runtime-kinds", default=None,
+                     help="comma-separated stage kinds the runtime serves, e.g. 'ar' (default: every kind)")  # fmt: skip
 
 
 def pytest_collection_modifyitems(session, config, items):  # type: ignore[no-untyped-def]
@@ -104,13 +108,29 @@ def pytest_collection_modifyitems(session, config, items):  # type: ignore[no-un
 
         try:
             load_factory(spec)  # a wrong name is a usage error, not a failed test
+            kinds = parse_kinds(config.getoption("--omni-runtime-kinds"))
         except ValueError as exc:
             import pytest
 
             raise pytest.UsageError(str(exc)) from None
 
         items.append(ConformanceItem.from_parent(session, name=f"omni-runtime-conformance[{spec}]", spec=spec,
-                                                 may_die=config.getoption("--omni-runtime-may-die")))  # fmt: skip
+                                                 may_die=config.getoption("--omni-runtime-may-die"),
+                                                 kinds=kinds))  # fmt: skip
+
+
+def parse_kinds(text: str | None) -> tuple[StageKind, ...]:
+    """Return the stage kinds named in ``text`` (``ar,diffusion``; ``None``: every kind); ``ValueError`` names a bad
+    one."""
+    if text is None:
+        return tuple(StageKind)
+    by_value = {kind.value: kind for kind in StageKind}
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    bad = [name for name in names if name not in by_value]
+    if bad or not names:
+        known = ", ".join(by_value)
+        raise ValueError(f"--omni-runtime-kinds: {bad[0] if bad else text!r} is not a stage kind (known: {known})")
+    return tuple(by_value[name] for name in names)
 
 
 __all__ = ["ConformanceError", "KitViolation", "RawStreamChecker", "check_runtime", "load_factory", "make_machine",

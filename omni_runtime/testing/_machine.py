@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
 from hypothesis import strategies as st
@@ -18,9 +18,10 @@ from omni_runtime.testing._checker import RawStreamChecker
 KitFactory = Callable[[StageSpec, int, int, bool], StageRuntime]
 
 
-def stage_specs() -> st.SearchStrategy[StageSpec]:
-    """Return a strategy for one stage's description."""
-    return st.builds(StageSpec, name=st.just("s"), kind=st.sampled_from(list(StageKind)), final=st.just(True),
+def stage_specs(kinds: Collection[StageKind] = tuple(StageKind)) -> st.SearchStrategy[StageSpec]:
+    """Return a strategy for one stage's description (of one of ``kinds``)."""
+    return st.builds(StageSpec, name=st.just("s"), kind=st.sampled_from(sorted(kinds, key=list(StageKind).index)),
+                     final=st.just(True),
                      replicas=st.just(1), max_running=st.integers(1, 4), max_tokens=st.integers(1, 8),
                      steps=st.integers(1, 4))  # fmt: skip
 
@@ -52,8 +53,10 @@ def teardown_steps(spec: StageSpec, requests: int) -> int:
     return 2 * requests * (spec.max_tokens + spec.steps + 4) + 100
 
 
-def make_machine(factory: KitFactory, rpc_fails: bool = False, may_die: bool = False) -> type[RuleBasedStateMachine]:
-    """Return a ``RuleBasedStateMachine`` checking runtimes made by ``factory`` (``may_die``: see the checker).
+def make_machine(factory: KitFactory, rpc_fails: bool = False, may_die: bool = False,
+                 kinds: Collection[StageKind] = tuple(StageKind)) -> type[RuleBasedStateMachine]:  # fmt: skip
+    """Return a ``RuleBasedStateMachine`` checking runtimes made by ``factory`` (``may_die``: see the checker)
+    for stages of ``kinds`` (a runtime that serves AR stages only is checked on AR stages).
 
     Request ids are drawn (unique, from a wide range), so a runtime whose behaviour follows the id,
     as the simulator's does, behaves differently from one example to the next. An abort names 1-3
@@ -76,7 +79,7 @@ def make_machine(factory: KitFactory, rpc_fails: bool = False, may_die: bool = F
             self.runtime: Any = None
             self.held: dict[ControlMethod, None] = {}  #: the kit's pause / sleep calls not undone yet, in order
 
-        @initialize(spec=stage_specs())
+        @initialize(spec=stage_specs(kinds))
         def start(self, spec: StageSpec) -> None:
             self.spec = spec
             runtime = factory(spec, 0, 0, rpc_fails)

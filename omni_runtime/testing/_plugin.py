@@ -6,21 +6,25 @@ from typing import Any
 
 import pytest
 
+from omni_fsm import StageKind
+
 from omni_runtime.testing._machine import ConformanceError
 
 
 class ConformanceItem(pytest.Item):
     """Runs the conformance kit against the factory named on the command line."""
 
-    def __init__(self, *, spec: str, may_die: bool = False, **kwargs: Any) -> None:
+    def __init__(self, *, spec: str, may_die: bool = False, kinds: tuple[StageKind, ...] = tuple(StageKind),
+                 **kwargs: Any) -> None:  # fmt: skip
         super().__init__(**kwargs)
         self.spec = spec
         self.may_die = may_die
+        self.kinds = kinds
 
     def runtest(self) -> None:
         from omni_runtime.testing import check_runtime, load_factory
 
-        check_runtime(load_factory(self.spec), may_die=self.may_die)
+        check_runtime(load_factory(self.spec), may_die=self.may_die, kinds=self.kinds)
 
     def repr_failure(self, excinfo, style=None):  # type: ignore[no-untyped-def]
         if isinstance(excinfo.value, ConformanceError):

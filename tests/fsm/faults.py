@@ -58,8 +58,9 @@ def b2_last_child_keeps_parent() -> Spec:
 
 def b4_parked_needs_a_second_slot() -> Spec:
     """vllm#53130: a parked request counts against the cap and needs yet another slot to resume."""
-    return edit_rows(lambda r: r.source in PARKED and r.event is ev.InputReady,
+    spec = edit_rows(lambda r: r.source in PARKED and r.event is ev.InputReady,
                      lambda r: [attrs.evolve(r, when=(*r.when, "slot_free")), attrs.evolve(r, target=r.source)])
+    return attrs.evolve(spec, holds_slot=spec.holds_slot | PARKED)
 
 
 def b5_abort_misses_chunk_wait() -> Spec:

@@ -179,6 +179,16 @@ def test_kinds_carry_their_fields() -> None:
         assert bool(inv.reason) == (inv.kind == "process") and "\n" not in (inv.reason or ""), inv.id
 
 
+def test_deferred_entries_name_modules_that_exist() -> None:
+    """A ``deferred_to`` starts with the module that will check the rule (``pkg.mod: what``); that module exists."""
+    root = Path(__file__).resolve().parents[2]
+    for inv in REGISTRY.invariants:
+        if inv.kind == "deferred":
+            module = (inv.deferred_to or "").partition(":")[0].strip()
+            path = root.joinpath(*module.split("."))
+            assert path.is_dir() or path.with_suffix(".py").is_file(), f"{inv.id}: {module} does not exist"
+
+
 def test_every_registry_check_is_named() -> None:
     named = {name for inv in REGISTRY.invariants for name in inv.checks}
     assert set(REGISTRY_CHECKS) <= named and set(CHECKS) <= named
@@ -208,8 +218,8 @@ def test_the_command_line_validates(capsys: pytest.CaptureFixture[str]) -> None:
 @pytest.mark.parametrize("old, new, expected", [
     ('kind = "process"\nreason = "a review', 'kind = "process"\nreasons = "a review', "unknown field 'reasons'"),
     ('id = "ORCH-INV-303"\n', 'id = "ORCH-INV-3o3"\n', "is not of the form NAME-INV-NNN"),
-    ('kind = "deferred"\ndeferred_to = "omni_runtime.adapters.vllm: the worker',
-     'kind = "deferred"\nchecks = ["x"]\nnote = "omni_runtime.adapters.vllm: the worker',
+    ('kind = "deferred"\ndeferred_to = "omni_runtime.runtimes.vllm: the worker execution',
+     'kind = "deferred"\nchecks = ["x"]\nnote = "omni_runtime.runtimes.vllm: the worker execution',
      "'checks' is only for kind 'checked'"),
     ('kind = "checked"\nchecks = ["forward_to_next_logical_stage"]',
      'kind = "checkd"\nchecks = ["forward_to_next_logical_stage"]', "kind 'checkd' is not one of"),

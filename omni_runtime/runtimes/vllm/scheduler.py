@@ -1,0 +1,328 @@
+"""An AR stage replica over vLLM's real v1 ``Scheduler``, with a deterministic stand-in for the model.
+
+Each ``step()`` is one engine step, unrolled as vLLM's ``EngineCore.step()`` does it:
+``schedule()``, the (stand-in) model, ``update_from_output()``. Every assignment of a request's
+status is observed as it happens (``_observe.ObservedRequest``) and, after each scheduler call,
+mapped to the runtime protocol's reports by ``reports_for_moves``: a wait is a ``StatusChanged``, a
+final status is a ``Finished`` or ``Failed``, and a turn of a streaming-input session that finishes
+and resumes within one call is not an end.
+
+Abort is vLLM's own ``finish_requests(ids, FINISHED_ABORTED)``; its ``AbortResult`` is truthful: ``ok``
+only once the scheduler really ended the request, and deferred while the KV connector still holds
+the request's blocks. Requests vLLM's engine would reject (an empty prompt, one that does not fit
+``max_model_len``, an id outside the vocabulary) are refused at ``add_request``, that request alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from vllm.sampling_params import SamplingParams, StructuredOutputsParams
+from vllm.v1.request import Request, RequestStatus
+
+from omni_fsm import ControlMethod, StopKind
+from omni_runtime import protocol as rp
+from omni_runtime.adapters import StageInput
+from omni_runtime.pipeline import StageSpec
+from omni_runtime.runtimes.vllm._config import SchedulerOptions, block_hasher, build_scheduler, free_blocks
+from omni_runtime.runtimes.vllm._observe import ObservedRequest
+from omni_runtime.runtimes.vllm._plan import RequestPlan, plan_for
+from omni_runtime.runtimes.vllm._standin import OmniStandInConnector, StandInModel, compile_grammar, grammar_future
+from omni_runtime.runtimes.vllm.tiny import EOS_TOKEN_ID, TINY_LLAMA
+
+RS = RequestStatus
+S = rp.Status
+
+#: a move into one of these statuses is reported as this ``Status``
+_MOVE_REPORT: dict[RequestStatus, rp.Status] = {
+    RS.RUNNING: S.SCHEDULED,
+    RS.PREEMPTED: S.PREEMPTED,
+    RS.WAITING_FOR_STRUCTURED_OUTPUT_GRAMMAR: S.AWAIT_GRAMMAR,
+    RS.WAITING_FOR_REMOTE_KVS: S.AWAIT_REMOTE_KVS,
+    RS.WAITING_FOR_STREAMING_REQ: S.AWAIT_STREAMING,
+}
+#: a final status -> how the request ended at this stage (``None``: it failed). ``FINISHED_ABORTED`` that the
+#: binding did not ask for is vLLM ending a parked streaming-input session when its input ended: its last turn
+#: ended with a stop.
+_END: dict[RequestStatus, StopKind | None] = {
+    RS.FINISHED_STOPPED: StopKind.STOP,
+    RS.FINISHED_LENGTH_CAPPED: StopKind.LENGTH,
+    RS.FINISHED_REPETITION: StopKind.REPETITION,
+    RS.FINISHED_IGNORED: StopKind.IGNORED,
+    RS.FINISHED_ABORTED: StopKind.STOP,
+    RS.FINISHED_ERROR: None,
+}
+#: one request's status moves within one scheduler call: (old or ``None`` at creation, new)
+Moves = Sequence[tuple[RequestStatus | None, RequestStatus]]
+#: what one request's moves are reported as: a ``Status``, or the end (``StopKind``, or ``None``: failed)
+Said = rp.Status | tuple[str, StopKind | None]
+#: observers of raw moves: (request id, old, new), called as each assignment happens
+MoveHook = Callable[[int, RequestStatus | None, RequestStatus], None]
+
+
+def reports_for_moves(moves: Moves) -> list[Said]:
+    """Return what one request's moves within one scheduler call say, in order.
+
+    A move into a final status followed by a move out of it in the same call (a resumable
+    request's turn ended and it resumed) is reported as the wait for the next input
+    (``AWAIT_STREAMING``, then ``INPUT_READY`` when that input was already queued), not as an end.
+    """
+    said: list[Said] = []
+    for i, (old, new) in enumerate(moves):
+        if RS.is_finished(new):
+            if i + 1 == len(moves):
+                said.append(("end", _END[new]))
+        elif old is not None and RS.is_finished(old):
+            said.append(S.AWAIT_STREAMING)
+            if new is RS.WAITING:
+                said.append(S.INPUT_READY)
+        elif new is RS.WAITING:
+            if old is not None:
+                said.append(S.INPUT_READY)
+        else:
+            said.append(_MOVE_REPORT[new])
+    return said
+
+
+class _Live:
+    """The binding's view of one request it accepted and has not ended."""
+
+    __slots__ = ("added_at", "grammar", "plan", "req_id", "request", "seq", "stream_left")
+
+    def __init__(self, req_id: int, plan: RequestPlan, added_at: int) -> None:
+        self.req_id, self.plan, self.added_at, self.seq = req_id, plan, added_at, 0
+        self.request: Request | None = None
+        self.grammar: Any = None  #: the grammar compilation in flight
+        #: the streamed input still to send: (step it arrives, chunk; ``None``: the end of the session)
+        self.stream_left: list[tuple[int, tuple[int, ...] | None]] = []
+
+
+#: (stage spec, request id, stage input) -> the request's plan
+PlanSource = Callable[[StageSpec, int, StageInput], RequestPlan]
+
+
+class VllmSchedulerRuntime:
+    """One AR stage replica on vLLM's real scheduler (``options``) with the stand-in model.
+
+    ``plans`` decides each request's ``RequestPlan`` (default: drawn from ``seed`` and the request id);
+    ``rpc_fails`` makes every control RPC fail in the "workers"; ``on_move`` sees every raw status
+    assignment ``(req_id, old, new)`` as it happens (the upstream-contract test records them).
+    """
+
+    def __init__(self, spec: StageSpec, options: SchedulerOptions | None = None, *, seed: int = 0,
+                 plans: PlanSource | None = None, rpc_fails: bool = False,
+                 on_move: MoveHook | None = None) -> None:  # fmt: skip
+        self.spec = spec
+        self.options = options or SchedulerOptions(max_num_seqs=spec.max_running)
+        self.scheduler = build_scheduler(self.options)
+        self.connector: OmniStandInConnector | None = self.scheduler.connector  # type: ignore[assignment]
+        self.model = StandInModel(self.scheduler.requests, self.connector)
+        self.seed, self.rpc_fails, self.on_move = seed, rpc_fails, on_move
+        self._plans = plans or self._drawn_plan
+        self._hasher = block_hasher(self.options.block_size)
+        self._sink: rp.ReportSink | None = None
+        self._live: dict[int, _Live] = {}
+        self._log: list[tuple[Request, RequestStatus | None, RequestStatus]] = []
+        self._refused: list[tuple[int, str]] = []
+        self._deferred: dict[str, tuple[int, int]] = {}  #: vLLM id -> (abort id, req id): answer when released
+        self._rpcs: list[tuple[int, ControlMethod]] = []
+        self._held: set[ControlMethod] = set()  #: PAUSE_SCHEDULER and SLEEP in effect
+        self.steps = 0
+        self.closed = False
+
+    def _drawn_plan(self, spec: StageSpec, req_id: int, stage_input: StageInput) -> RequestPlan:
+        return plan_for(self.seed, req_id, stage_input.max_tokens or spec.max_tokens, self.connector is not None)
+
+    # -- the protocol ---------------------------------------------------------------------------
+
+    def bind(self, sink: rp.ReportSink) -> None:
+        self._sink = sink
+
+    def add_request(self, req_id: int, stage_input: StageInput) -> None:
+        if self.closed:
+            return
+        problem = self._refusal(stage_input.token_ids)
+        if problem is not None:
+            self._refused.append((req_id, problem))
+            return
+        plan = self._plans(self.spec, req_id, stage_input)
+        live = _Live(req_id, plan, self.steps)
+        self._live[req_id] = live
+        live.request = self._request(live, stage_input.token_ids, plan.streaming)
+        if plan.grammar_steps is not None:
+            assert live.request.structured_output_request is not None
+            live.grammar = live.request.structured_output_request.grammar = grammar_future()
+        arrivals: list[tuple[int, tuple[int, ...] | None]] = [(self.steps + at, chunk) for at, chunk in plan.stream]
+        if plan.stream_end_after is not None:
+            last = arrivals[-1][0] if arrivals else self.steps
+            arrivals.append((last + plan.stream_end_after, None))
+        live.stream_left = arrivals
+        self.scheduler.add_request(live.request)
+
+    def abort_requests(self, abort_id: int, req_ids: Sequence[int]) -> None:
+        if self.closed:
+            return
+        self._flush()
+        for req_id in req_ids:
+            live = self._live.get(req_id)
+            if live is None:  # ended (or refused, or never accepted): it is gone
+                self._refused = [(r, why) for r, why in self._refused if r != req_id]
+                self._emit(rp.AbortResult(abort_id, req_id, True))
+                continue
+            key = str(req_id)
+            self.scheduler.finish_requests(key, RS.FINISHED_ABORTED)
+            assert live.request is not None
+            if live.request.status is not RS.FINISHED_ABORTED:
+                status = live.request.status.name
+                self._emit(rp.AbortResult(abort_id, req_id, False, f"the scheduler left the request {status}"))
+                continue
+            del self._live[req_id]
+            self._log = [m for m in self._log if m[0] is not live.request]
+            if self.connector is not None and self.connector.holds(key):
+                self._deferred[key] = (abort_id, req_id)
+            else:
+                self._emit(rp.AbortResult(abort_id, req_id, True))
+
+    def control(self, call_id: int, method: ControlMethod, level: int, tags: frozenset[str]) -> None:
+        if not self.closed:
+            self._rpcs.append((call_id, method))
+
+    def step(self) -> bool:
+        if self.closed:
+            return False
+        self.steps += 1
+        self._answer_rpcs()
+        for req_id, why in self._refused:
+            self._emit(rp.Failed(req_id, 0, why))
+        self._refused.clear()
+        self._arrivals()
+        self._flush()
+        if not self._held and self._has_work():
+            so = self.scheduler.schedule()
+            self._flush()
+            out = self.model.execute(so)
+            engine_outputs = self.scheduler.update_from_output(so, out)
+            self._flush(engine_outputs)
+            self._release_deferred()
+        return self.busy()
+
+    def busy(self) -> bool:
+        """Return whether work is left (requests, transfers, answers owed)."""
+        return not self.closed and bool(self._live or self._refused or self._rpcs or self._has_work())
+
+    def shutdown(self) -> None:
+        self.closed = True
+        self._live.clear()
+        self._log.clear()
+        self._refused.clear()
+        self._rpcs.clear()
+        self._deferred.clear()
+
+    # -- inside ---------------------------------------------------------------------------------
+
+    def _refusal(self, token_ids: tuple[int, ...]) -> str | None:
+        """Return why vLLM's engine would reject this prompt (``None``: it would take it)."""
+        if not token_ids:
+            return "vLLM rejects an empty prompt"
+        limit = self.options.max_model_len
+        if len(token_ids) >= limit:
+            return f"a prompt of {len(token_ids)} tokens leaves no room under max_model_len={limit}"
+        vocab = int(TINY_LLAMA["vocab_size"])  # type: ignore[call-overload]
+        bad = [t for t in token_ids if not 0 <= t < vocab]
+        if bad:
+            return f"token id {bad[0]} is outside the model's vocabulary (0..{vocab - 1})"
+        return None
+
+    def _request(self, live: _Live, token_ids: Sequence[int] | None, resumable: bool) -> Request:
+        """Return the request vLLM schedules (observed), or, once it exists, a carrier of a streamed-input update
+        (a plain ``Request`` for the same id: vLLM copies its fields into the session and never schedules it)."""
+        plan = live.plan
+        params = SamplingParams(max_tokens=plan.max_tokens, temperature=0.0,
+                                stop_token_ids=[plan.stop_at[1]] if plan.stop_at else None,
+                                structured_outputs=StructuredOutputsParams(regex="[a-z]+")
+                                if plan.grammar_steps is not None and live.request is None else None)  # fmt: skip
+        params.update_from_generation_config({}, eos_token_id=EOS_TOKEN_ID)
+        if live.request is not None:
+            return Request(str(live.req_id), list(token_ids or ()), params, None, resumable=resumable)
+        return ObservedRequest(str(live.req_id), list(token_ids or ()), params, None, hook=self._observe, plan=plan,
+                               block_hasher=self._hasher, resumable=resumable)  # fmt: skip
+
+    def _observe(self, request: Request, old: RequestStatus | None, new: RequestStatus) -> None:
+        self._log.append((request, old, new))
+        if self.on_move is not None:
+            self.on_move(int(request.request_id), old, new)
+
+    def _has_work(self) -> bool:
+        transfers = self.connector is not None and bool(self.connector.loading or self.connector.saving)
+        return self.scheduler.has_unfinished_requests() or transfers
+
+    def _arrivals(self) -> None:
+        """What arrives from outside the scheduler: grammars compiled, chunks of streamed input."""
+        for live in list(self._live.values()):
+            if live.grammar is not None and self.steps - live.added_at > (live.plan.grammar_steps or 0):
+                compile_grammar(live.grammar, live.plan.grammar_fails)
+                live.grammar = None
+            while live.stream_left and live.stream_left[0][0] <= self.steps:
+                _, chunk = live.stream_left.pop(0)
+                # a chunk (or, None, the end of the input) for the same request id: vLLM's streaming-input update
+                self.scheduler.add_request(self._request(live, chunk, chunk is not None))
+
+    def _flush(self, engine_outputs: Any = None) -> None:
+        """Report what the scheduler did since the last flush: each request's tokens, then its moves."""
+        log, self._log = self._log, []
+        tokens: dict[str, list[int]] = {}
+        for outputs in (engine_outputs or {}).values():
+            for o in outputs.outputs:
+                if o.new_token_ids:
+                    tokens[o.request_id] = o.new_token_ids
+        moves: dict[str, list[tuple[RequestStatus | None, RequestStatus]]] = {}
+        for request, old, new in log:
+            moves.setdefault(request.request_id, []).append((old, new))
+        for key in dict.fromkeys([*tokens, *moves]):
+            live = self._live.get(int(key))
+            if live is None:
+                continue
+            if key in tokens:
+                self._report(live, rp.Output, len(tokens[key]), tuple(tokens[key]))
+            for said in reports_for_moves(moves.get(key, ())):
+                if isinstance(said, rp.Status):
+                    self._report(live, rp.StatusChanged, said)
+                    continue
+                stop = said[1]
+                if stop is None:
+                    self._report(live, rp.Failed, f"vLLM finished the request {live.request.status.name}")  # type: ignore[union-attr]
+                else:
+                    self._report(live, rp.Finished, stop)
+                del self._live[live.req_id]
+
+    def _release_deferred(self) -> None:
+        for key, (abort_id, req_id) in list(self._deferred.items()):
+            if self.connector is None or not self.connector.holds(key):
+                del self._deferred[key]
+                self._emit(rp.AbortResult(abort_id, req_id, True))
+
+    def _answer_rpcs(self) -> None:
+        for call_id, method in self._rpcs:
+            if self.rpc_fails:
+                self._emit(rp.RpcResult(call_id, False, f"WorkerError: {method.value} raised in a worker"))
+                continue
+            if method in (ControlMethod.PAUSE_SCHEDULER, ControlMethod.SLEEP):
+                self._held.add(method)
+            else:
+                self._held.discard(ControlMethod.SLEEP if method is ControlMethod.WAKE_UP else
+                                   ControlMethod.PAUSE_SCHEDULER)  # fmt: skip
+            self._emit(rp.RpcResult(call_id, True))
+        self._rpcs.clear()
+
+    def _report(self, live: _Live, make: Any, *args: Any) -> None:
+        self._emit(make(live.req_id, live.seq, *args))
+        live.seq += 1
+
+    def _emit(self, report: rp.Report) -> None:
+        assert self._sink is not None, "bind() first"
+        self._sink(report)
+
+    def blocks(self) -> tuple[int, int]:
+        """Return (free KV blocks, blocks in the pool): equal once nothing holds a block."""
+        return free_blocks(self.scheduler)

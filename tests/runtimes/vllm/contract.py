@@ -1,0 +1,273 @@
+"""The upstream contract (AR-INV-001), observed on vLLM's real scheduler: programs, their runner, the rules.
+
+A *program* is a list of operations on a one-stage pipeline whose one replica is the vLLM scheduler
+runtime: add a request (its ``RequestPlan`` and prompt), step the engine, abort a request, abort
+every request waiting. ``run_program`` runs it through the orchestrator (``Engine``) and returns
+every broken rule as a line naming the rule, the request and what was seen. The rules are written
+from the contract, not from the binding: they read vLLM's own status assignments (recorded as they
+happen), vLLM's own finish-reason map, the lifecycle's ``Rejected`` observations, the client
+messages and the scheduler's block pool.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import attrs
+from hypothesis import strategies as st
+from vllm.v1.request import RequestStatus
+
+from omni_fsm import StageKind
+from omni_fsm import observations as ob
+from omni_fsm.invariants import Monitor
+from omni_fsm.invariants import upstream as up
+from omni_runtime import Prompt, simple_pipeline
+from omni_runtime.commands import ClientMessage
+from omni_runtime.runtimes.vllm import RequestPlan, SchedulerOptions, VllmSchedulerRuntime
+from omni_runtime.sync import Engine
+
+RS = RequestStatus
+
+
+@attrs.frozen
+class Add:
+    plan: RequestPlan
+    prompt_len: int = 8
+    shared_prefix: bool = False  #: its prompt starts like every other shared-prefix prompt (prefix-cache hits)
+
+
+@attrs.frozen
+class Step:
+    rounds: int = 1
+
+
+@attrs.frozen
+class Abort:
+    pick: int = 0  #: which open request (modulo the open ones, in submission order)
+
+
+@attrs.frozen
+class AbortWaiting:
+    """Abort every open request whose last status in vLLM is a wait (preempted, or parked)."""
+
+
+@attrs.frozen
+class Setup:
+    max_num_seqs: int = 2
+    num_blocks: int = 64
+    prefix_caching: bool = False
+    connector: bool = False
+
+
+Op = Add | Step | Abort | AbortWaiting
+WAITS = {RS.PREEMPTED, RS.WAITING_FOR_REMOTE_KVS, RS.WAITING_FOR_STRUCTURED_OUTPUT_GRAMMAR,
+         RS.WAITING_FOR_STREAMING_REQ}  # fmt: skip
+#: rounds ``run_program`` gives the engine to drain before it calls the rest a hang
+DRAIN_ROUNDS = 2000
+
+# -- strategies ---------------------------------------------------------------------------------------------
+
+
+@st.composite
+def _stream(draw: Any) -> tuple[tuple[int, tuple[int, ...]], ...]:
+    at, chunks = 0, []
+    for _ in range(draw(st.integers(0, 2))):
+        at += draw(st.integers(1, 6))
+        chunks.append((at, tuple(draw(st.lists(st.integers(4, 899), min_size=1, max_size=4)))))
+    return tuple(chunks)
+
+
+@st.composite
+def plans(draw: Any) -> RequestPlan:
+    """Return a request plan: EOS, stop tokens, max tokens, grammars, KV loads and saves, streamed input."""
+    max_tokens = draw(st.integers(1, 10))
+    index = st.integers(0, 9)
+    grammar = draw(st.none() | st.integers(0, 3))
+    streaming = grammar is None and draw(st.booleans())
+    return RequestPlan(max_tokens=max_tokens, eos_at=draw(st.none() | index),
+                       stop_at=draw(st.none() | st.tuples(index, st.integers(900, 999))), grammar_steps=grammar,
+                       grammar_fails=draw(st.booleans()), kv_load_steps=draw(st.none() | st.integers(0, 3)),
+                       kv_load_fails=draw(st.booleans()), kv_save_steps=draw(st.none() | st.integers(0, 3)),
+                       stream=draw(_stream()) if streaming else (),
+                       stream_end_after=draw(st.integers(0, 4)) if streaming else None)  # fmt: skip
+
+
+def ops() -> st.SearchStrategy[Op]:
+    """Return a strategy for one operation (adds and steps most often)."""
+    add = st.builds(Add, plans(), st.integers(1, 40), st.booleans())
+    return st.one_of(add, add, st.builds(Step, st.integers(1, 4)), st.builds(Step, st.integers(1, 4)),
+                     st.builds(Abort, st.integers(0, 15)), st.just(AbortWaiting()))  # fmt: skip
+
+
+def programs() -> st.SearchStrategy[list[Op]]:
+    """Return a strategy for programs of 1-30 operations."""
+    return st.lists(ops(), min_size=1, max_size=30)
+
+
+def setups() -> st.SearchStrategy[Setup]:
+    """Return a strategy for the scheduler's settings: tight or ample KV cache, prefix caching, the connector."""
+    return st.builds(Setup, st.integers(1, 4), st.sampled_from([8, 10, 64]), st.booleans(), st.booleans())
+
+
+# -- the runner ----------------------------------------------------------------------------------------------
+
+
+def _prompt_tokens(n: int, add: Add) -> tuple[int, ...]:
+    if add.shared_prefix:
+        return tuple(10 + k for k in range(add.prompt_len))
+    return tuple(100 + (n * 37 + k) % 700 for k in range(add.prompt_len))
+
+
+class _Run:
+    """One program's run: the engine, what was recorded, and the rules judged over it."""
+
+    def __init__(self, setup: Setup, scheduler_cls: type | None) -> None:
+        self.pipeline = simple_pipeline([StageKind.AR], [True], replicas=1, max_running=setup.max_num_seqs)
+        options = SchedulerOptions(max_num_seqs=setup.max_num_seqs, num_blocks=setup.num_blocks,
+                                   enable_prefix_caching=setup.prefix_caching, kv_connector=setup.connector,
+                                   scheduler_cls=scheduler_cls)  # fmt: skip
+        self.queue: list[RequestPlan] = []
+        self.plans: dict[int, RequestPlan] = {}
+        self.runtime = VllmSchedulerRuntime(self.pipeline.stages[0], options, plans=self._plan, on_move=self._moved)
+        self.monitor = Monitor(self.pipeline.kinds, self.pipeline.final, self.pipeline.slots)
+        self.engine = Engine(self.pipeline, [[self.runtime]], on_step=self._stepped)
+        self.moves: dict[int, list[tuple[RS | None, RS]]] = {}
+        self.messages: dict[int, list[ClientMessage]] = {}
+        self.aborted: set[int] = set()  #: requests the program aborted while vLLM still had them unfinished
+        self.broken: list[str] = []
+
+    def _plan(self, spec: Any, req_id: int, stage_input: Any) -> RequestPlan:
+        self.plans[req_id] = plan = self.queue.pop(0)
+        return plan
+
+    def _moved(self, req_id: int, old: RS | None, new: RS) -> None:
+        seen = self.moves.setdefault(req_id, [])
+        last = seen[-1][1] if seen else None
+        if old != last:
+            self.broken.append(f"AR-INV-001 request {req_id}: moved from {old} but was last seen {last}")
+        resumable = self.plans[req_id].streaming if req_id in self.plans else False
+        if not up.vllm_move_allowed(old, new, resumable):
+            what = "resumable " if resumable else ""
+            self.broken.append(f"AR-INV-001 {what}request {req_id}: {old} -> {new} is not an upstream vLLM move")
+        seen.append((old, new))
+
+    def _stepped(self, event: Any, observations: Any) -> None:
+        for o in observations:
+            if isinstance(o, ob.Rejected):
+                self.broken.append(f"table: request {o.rid}: the lifecycle has no row for {o.event} "
+                                   f"(vLLM moves so far: {self._path(o.rid)})")  # fmt: skip
+        self.monitor.step(event, observations)
+
+    def _path(self, rid: int) -> str:
+        return " ".join(str(new) for _, new in self.moves.get(rid, []))
+
+    def _listener(self, message: ClientMessage) -> None:
+        self.messages[message.rid].append(message)
+
+    # -- operations ----------------------------------------------------------------------------------------
+
+    def add(self, op: Add) -> None:
+        self.queue.append(op.plan)
+        prompt = Prompt(_prompt_tokens(len(self.messages), op), max_tokens=op.plan.max_tokens)
+        rid = self.engine.host.orchestrator._next_rid
+        self.messages[rid] = []
+        assert self.engine.host.submit(prompt, listener=self._listener) == rid
+
+    def step(self, rounds: int) -> None:
+        for _ in range(rounds):
+            self.engine.host.pump()
+
+    def abort(self, rids: Sequence[int]) -> None:
+        for rid in rids:
+            live = self._vllm_status(rid)
+            if live is not None and not RS.is_finished(live):
+                self.aborted.add(rid)
+            self.engine.host.abort_nowait(rid)
+            self.engine.host.drain()
+            after = self._vllm_status(rid)
+            if live is not None and not RS.is_finished(live) and after is not RS.FINISHED_ABORTED:
+                self.broken.append(f"AR-INV-001 request {rid}: aborted in {live}, left {after} (abort must end "
+                                   f"every unfinished request, whatever its status)")  # fmt: skip
+
+    def open_requests(self) -> list[int]:
+        return [rid for rid, ms in self.messages.items() if not (ms and ms[-1].finished)]
+
+    def _vllm_status(self, rid: int) -> RS | None:
+        seen = self.moves.get(rid)
+        return seen[-1][1] if seen else None
+
+    # -- the rules at the end --------------------------------------------------------------------------------
+
+    def finish(self) -> list[str]:
+        rounds = 0
+        while self.engine.host.pump():
+            rounds += 1
+            if rounds > DRAIN_ROUNDS:
+                stuck = {rid: str(self._vllm_status(rid)) for rid in self.open_requests()}
+                self.broken.append(f"liveness: still busy after {DRAIN_ROUNDS} rounds; open: {stuck}")
+                break
+        for line in self.engine.host.history:
+            if "raised" in line:
+                self.broken.append(f"runtime: {line}")
+        for rid, messages in self.messages.items():
+            self._one_terminal(rid, messages)
+            self._nothing_after_abort(rid)
+        free, total = self.runtime.blocks()
+        if free != total:
+            self.broken.append(f"KV: {total - free} of {total} blocks still held after drain")
+        if self.runtime.scheduler.requests:
+            self.broken.append(f"KV: the scheduler still tracks {sorted(self.runtime.scheduler.requests)}")
+        self.monitor.finish()
+        self.broken += [f"{v.invariant} ({v.check}) request {v.rid}: {v.message}" for v in self.monitor.violations]
+        self.engine.shutdown()
+        return self.broken
+
+    def _one_terminal(self, rid: int, messages: list[ClientMessage]) -> None:
+        terminals = [m for m in messages if m.finished]
+        if len(terminals) != 1:
+            self.broken.append(f"ORCH-INV-101 request {rid}: {len(terminals)} terminals")
+            return
+        got, want = terminals[0].reason, self._expected_reason(rid)
+        if got != want:
+            self.broken.append(f"reason: request {rid} ended {got!r}, vLLM says {want!r} ({self._path(rid)})")
+
+    def _expected_reason(self, rid: int) -> str:
+        """The reason vLLM's own map gives the request's final status (an abort it was not asked for: the end of
+        a streaming-input session, whose last turn stopped); a request vLLM never saw was refused (error)."""
+        final = self._vllm_status(rid)
+        if final is None:
+            return "error"
+        if final is RS.FINISHED_ABORTED and rid not in self.aborted:
+            return "stop"
+        reason = RS.get_finished_reason(final)
+        return str(reason) if reason is not None else f"(unfinished: {final})"
+
+    def _nothing_after_abort(self, rid: int) -> None:
+        seen = self.moves.get(rid, [])
+        ends = [i for i, (_, new) in enumerate(seen) if new is RS.FINISHED_ABORTED]
+        if ends and ends[0] + 1 < len(seen):
+            self.broken.append(f"ORCH-INV-209 request {rid}: vLLM moved it after its abort: {self._path(rid)}")
+
+
+def run_program(program: Sequence[Op], setup: Setup = Setup(), scheduler_cls: type | None = None) -> list[str]:
+    """Run ``program`` on vLLM's scheduler (or ``scheduler_cls``); return every broken rule (``[]``: none)."""
+    return execute(program, setup, scheduler_cls).broken
+
+
+def execute(program: Sequence[Op], setup: Setup = Setup(), scheduler_cls: type | None = None) -> _Run:
+    """Run ``program`` to its drain; return the run (``moves``: vLLM's moves per request; ``broken``)."""
+    run = _Run(setup, scheduler_cls)
+    for op in program:
+        if isinstance(op, Add):
+            run.add(op)
+        elif isinstance(op, Step):
+            run.step(op.rounds)
+        elif isinstance(op, Abort):
+            open_ = run.open_requests()
+            if open_:
+                run.abort([open_[op.pick % len(open_)]])
+        else:
+            run.abort([rid for rid in run.open_requests() if run._vllm_status(rid) in WAITS])
+    run.finish()
+    return run

