@@ -47,7 +47,8 @@ def workloads() -> st.SearchStrategy[list[tuple[int, int, int]]]:
 
 
 def check_runtime(factory: KitFactory, max_examples: int = 30, shrink: bool = True, may_die: bool = False,
-                  derandomize: bool | None = None, kinds: Collection[StageKind] = tuple(StageKind)) -> None:  # fmt: skip
+                  derandomize: bool | None = None,
+                  kinds: Collection[StageKind] = tuple(StageKind)) -> None:  # fmt: skip
     """Run the conformance machine against ``factory`` (with and without worker RPC errors).
 
     Raises ``ConformanceError`` naming the first invariant the runtime breaks. A runtime that
@@ -98,7 +99,7 @@ def pytest_addoption(parser):  # type: ignore[no-untyped-def]
     parser.addoption("--omni-runtime-may-die", action="store_true",
                      help="the runtime may report its own death (a death excuses what it still owes)")  # fmt: skip
     parser.addoption("--omni-runtime-kinds", default=None,
-                     help="comma-separated stage kinds the runtime serves, e.g. 'ar' (default: every kind)")  # fmt: skip
+                     help="comma-separated stage kinds the runtime serves, e.g. 'ar' (default: all)")  # fmt: skip
 
 
 def pytest_collection_modifyitems(session, config, items):  # type: ignore[no-untyped-def]

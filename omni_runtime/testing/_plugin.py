@@ -7,7 +7,6 @@ from typing import Any
 import pytest
 
 from omni_fsm import StageKind
-
 from omni_runtime.testing._machine import ConformanceError
 
 
