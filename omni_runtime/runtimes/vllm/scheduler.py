@@ -268,24 +268,29 @@ class VllmSchedulerRuntime:
                 # a chunk (or, None, the end of the input) for the same request id: vLLM's streaming-input update
                 self.scheduler.add_request(self._request(live, chunk, chunk is not None))
 
+    def take_moves(self) -> dict[str, list[Said]]:
+        """Return what the status assignments since the last call say, per vLLM request id (the observation)."""
+        log, self._log = self._log, []
+        moves: dict[str, list[tuple[RequestStatus | None, RequestStatus]]] = {}
+        for request, old, new in log:
+            moves.setdefault(request.request_id, []).append((old, new))
+        return {key: reports_for_moves(m) for key, m in moves.items()}
+
     def _flush(self, engine_outputs: Any = None) -> None:
         """Report what the scheduler did since the last flush: each request's tokens, then its moves."""
-        log, self._log = self._log, []
+        said_by_request = self.take_moves()
         tokens: dict[str, list[int]] = {}
         for outputs in (engine_outputs or {}).values():
             for o in outputs.outputs:
                 if o.new_token_ids:
                     tokens[o.request_id] = o.new_token_ids
-        moves: dict[str, list[tuple[RequestStatus | None, RequestStatus]]] = {}
-        for request, old, new in log:
-            moves.setdefault(request.request_id, []).append((old, new))
-        for key in dict.fromkeys([*tokens, *moves]):
+        for key in dict.fromkeys([*tokens, *said_by_request]):
             live = self._live.get(int(key))
             if live is None:
                 continue
             if key in tokens:
                 self._report(live, rp.Output, len(tokens[key]), tuple(tokens[key]))
-            for said in reports_for_moves(moves.get(key, ())):
+            for said in said_by_request.get(key, ()):
                 if isinstance(said, rp.Status):
                     self._report(live, rp.StatusChanged, said)
                     continue

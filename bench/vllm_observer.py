@@ -1,0 +1,200 @@
+"""Benchmark the vLLM binding's observation on vLLM's real scheduler.
+
+One cycle is ``schedule()`` + ``update_from_output()`` of vLLM's v1 ``Scheduler`` with 256 and with
+1,024 running requests (decode steps with churn: each request stops after 20-60 tokens and a new
+one, 32 prompt tokens, takes its place, so status assignments happen every cycle). Two schedulers
+built alike run the same requests and the same model outputs (made outside the clock):
+
+- bare: vLLM's own ``Request`` objects;
+- observed: the binding's (``ObservedRequest``: every status assignment goes through its hook)
+  and, after each scheduler call, ``VllmSchedulerRuntime.take_moves()`` (what the moves say).
+
+Cycles are taken in pairs of runs (``--cycles`` cycles bare, then as many observed, the order
+swapped every pair), at least 11 pairs; each figure is the median over the pairs.
+``hook_us_per_cycle`` is the time inside the observation itself: the hook calls counted in the
+run times the hook's cost measured alone, plus the ``take_moves`` calls timed in the run.
+
+Last line: ``vllm_observer: requests=... bare_ms=... observed_ms=... hook_us_per_cycle=...
+overhead_ratio=...`` (of the request count with the larger ratio).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+for key, value in {"HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1",
+                   "VLLM_LOGGING_LEVEL": "ERROR"}.items():  # fmt: skip
+    os.environ.setdefault(key, value)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from vllm.sampling_params import SamplingParams  # noqa: E402
+from vllm.v1.outputs import ModelRunnerOutput  # noqa: E402
+from vllm.v1.request import Request  # noqa: E402
+
+from omni_fsm import StageKind  # noqa: E402
+from omni_runtime import simple_pipeline  # noqa: E402
+from omni_runtime.adapters import StageInput  # noqa: E402
+from omni_runtime.runtimes.vllm import RequestPlan, SchedulerOptions, VllmSchedulerRuntime, build_scheduler  # noqa: E402
+
+PROMPT = 32
+TOKEN = 7  #: every sampled token (never EOS)
+
+
+def _length(i: int) -> int:
+    return 20 + (i * 7919) % 41
+
+
+class Pair:
+    """The bare and the observed scheduler, fed the same requests."""
+
+    def __init__(self, n: int) -> None:
+        options = SchedulerOptions(max_num_seqs=n, num_blocks=n * 8, max_num_batched_tokens=n + 64 * PROMPT)
+        spec = simple_pipeline([StageKind.AR], [True], max_running=n).stages[0]
+        plans = lambda s, rid, inp: RequestPlan(max_tokens=_length(rid))  # the same lengths as the bare requests
+        self.runtime = VllmSchedulerRuntime(spec, options, plans=plans)
+        self.runtime.bind(lambda report: None)
+        self.bare = build_scheduler(options)
+        self.hasher = self.runtime._hasher
+        self.next_id = 0
+        self.hook_calls = 0
+        self.take_s = 0.0
+        self.takes = 0
+        self.refill(n)
+
+    def refill(self, count: int) -> None:
+        for _ in range(count):
+            i, self.next_id = self.next_id, self.next_id + 1
+            tokens = tuple(10 + (i + k) % 900 for k in range(PROMPT))
+            params = SamplingParams(max_tokens=_length(i), temperature=0.0)
+            params.update_from_generation_config({}, eos_token_id=2)
+            self.bare.add_request(Request(str(i), list(tokens), params, None, block_hasher=self.hasher))
+            self.runtime.add_request(i, StageInput(tokens))
+        self._take()
+        self.runtime._live.clear()  # nothing is reported here: the runtime's own view of its requests is not kept
+
+    def _take(self) -> None:
+        self.hook_calls += len(self.runtime._log)
+        start = time.perf_counter()
+        self.runtime.take_moves()
+        self.take_s += time.perf_counter() - start
+        self.takes += 1
+
+    @staticmethod
+    def _output(so: Any) -> ModelRunnerOutput:
+        ids = list(so.num_scheduled_tokens)
+        return ModelRunnerOutput(req_ids=ids, req_id_to_index={r: i for i, r in enumerate(ids)},
+                                 sampled_token_ids=[[TOKEN]] * len(ids))  # fmt: skip
+
+    def run_bare(self, cycles: int) -> float:
+        """Return the seconds of ``cycles`` bare cycles (outputs made off the clock)."""
+        spent, scheduler = 0.0, self.bare
+        for _ in range(cycles):
+            start = time.perf_counter()
+            so = scheduler.schedule()
+            spent += time.perf_counter() - start
+            out = self._output(so)
+            start = time.perf_counter()
+            scheduler.update_from_output(so, out)
+            spent += time.perf_counter() - start
+        return spent
+
+    def run_observed(self, cycles: int) -> tuple[float, int]:
+        """Return the seconds of ``cycles`` observed cycles and how many requests finished (to refill both)."""
+        spent, scheduler, runtime = 0.0, self.runtime.scheduler, self.runtime
+        finished = 0
+        for _ in range(cycles):
+            calls = len(runtime._log)
+            start = time.perf_counter()
+            so = scheduler.schedule()
+            self.hook_calls += len(runtime._log) - calls
+            t = time.perf_counter()
+            said = runtime.take_moves()
+            self.take_s, self.takes = self.take_s + time.perf_counter() - t, self.takes + 1
+            spent += time.perf_counter() - start
+            out = self._output(so)
+            start = time.perf_counter()
+            scheduler.update_from_output(so, out)
+            self.hook_calls += len(runtime._log)
+            t = time.perf_counter()
+            said = runtime.take_moves()
+            self.take_s, self.takes = self.take_s + time.perf_counter() - t, self.takes + 1
+            spent += time.perf_counter() - start
+            finished += sum(1 for moves in said.values() for m in moves if isinstance(m, tuple))
+        return spent, finished
+
+
+def hook_cost_us(runtime: VllmSchedulerRuntime, calls: int = 20_000) -> float:
+    """Return the cost of one hook call (an assignment's observation), measured alone."""
+    request = next(iter(runtime.scheduler.requests.values()))
+    status = request.status
+    saved = list(runtime._log)
+    for _ in range(1000):  # warm up
+        request.status = status
+    start = time.perf_counter()
+    for _ in range(calls):
+        request.status = status
+    spent = time.perf_counter() - start
+    runtime._log = saved
+    return spent / calls * 1e6
+
+
+def measure(n: int, pairs: int, cycles: int) -> dict[str, float]:
+    pair = Pair(n)
+    for _ in range(3):  # warm up: prefill, lazy imports
+        pair.run_bare(1)
+        _, done = pair.run_observed(1)
+        pair.refill(done)
+    bare, observed = [], []
+    pair.hook_calls, pair.take_s, pair.takes = 0, 0.0, 0
+    observed_cycles = 0
+    for k in range(pairs):
+        if k % 2:
+            o, done = pair.run_observed(cycles)
+            b = pair.run_bare(cycles)
+        else:
+            b = pair.run_bare(cycles)
+            o, done = pair.run_observed(cycles)
+        pair.refill(done)
+        observed_cycles += cycles
+        bare.append(b / cycles * 1e3)
+        observed.append(o / cycles * 1e3)
+    per_call = hook_cost_us(pair.runtime)
+    hook_us = (pair.hook_calls * per_call + pair.take_s * 1e6) / observed_cycles
+    ratios = [o / b for b, o in zip(bare, observed, strict=True)]
+    return {"requests": n, "bare_ms": statistics.median(bare), "observed_ms": statistics.median(observed),
+            "hook_us_per_cycle": hook_us, "overhead_ratio": statistics.median(ratios), "pairs": pairs,
+            "cycles": observed_cycles, "hook_calls": pair.hook_calls, "hook_call_us": per_call,
+            "running": len(pair.runtime.scheduler.running)}  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--pairs", type=int, default=15, help="pairs of runs, at least 11 (default 15)")
+    parser.add_argument("--cycles", type=int, default=4, help="cycles per run (default 4)")
+    parser.add_argument("--requests", type=int, nargs="+", default=[256, 1024], help="running requests")
+    args = parser.parse_args(argv)
+    if args.pairs < 11 or args.cycles < 1:
+        parser.error("--pairs must be at least 11 and --cycles at least 1")
+    results = []
+    for n in args.requests:
+        r = measure(n, args.pairs, args.cycles)
+        results.append(r)
+        print(f"requests={n}: running={r['running']} pairs={r['pairs']} cycles={r['cycles']} "
+              f"bare_ms={r['bare_ms']:.3f} observed_ms={r['observed_ms']:.3f} ratio={r['overhead_ratio']:.3f} "
+              f"hook_calls={r['hook_calls']} hook_call_us={r['hook_call_us']:.3f} "
+              f"hook_us_per_cycle={r['hook_us_per_cycle']:.1f}", flush=True)  # fmt: skip
+    worst = max(results, key=lambda r: r["overhead_ratio"])
+    print(f"vllm_observer: requests={worst['requests']} bare_ms={worst['bare_ms']:.3f} "
+          f"observed_ms={worst['observed_ms']:.3f} hook_us_per_cycle={worst['hook_us_per_cycle']:.1f} "
+          f"overhead_ratio={worst['overhead_ratio']:.3f}")  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
