@@ -1,0 +1,55 @@
+"""Each runtime package is the only place that imports its engine; a missing engine fails under CI=true."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+#: engine -> the one package allowed to import it (torch: only as the engines' own dependency)
+OWNERS = {"vllm": ("omni_runtime", "runtimes", "vllm"), "torch": ("omni_runtime", "runtimes", "vllm")}
+
+
+def imported_roots(path: Path) -> set[str]:
+    """Return the top-level modules ``path`` imports, in every import form."""
+    roots: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            roots |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            roots.add(node.module.split(".")[0])
+        elif isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant):
+            name = getattr(node.func, "attr", getattr(node.func, "id", ""))
+            if name in ("import_module", "__import__") and isinstance(node.args[0].value, str):
+                roots.add(node.args[0].value.split(".")[0])
+    return roots
+
+
+def test_only_the_runtime_package_imports_its_engine():
+    sources = [p for package in ("omni_fsm", "omni_runtime") for p in sorted((ROOT / package).rglob("*.py"))]
+    assert len(sources) > 50
+    for path in sources:
+        parts = path.relative_to(ROOT).parts
+        for engine in imported_roots(path) & set(OWNERS):
+            assert parts[:3] == OWNERS[engine], f"{path.relative_to(ROOT)} imports {engine}"
+
+
+def test_the_check_sees_every_import_form(tmp_path):
+    source = tmp_path / "m.py"
+    source.write_text("import vllm.config\nfrom torch import nn\nimportlib.import_module('vllm')\n")
+    assert imported_roots(source) == {"vllm", "torch"}
+
+
+def test_a_missing_engine_skips_locally_and_fails_under_ci(tmp_path):
+    test = tmp_path / "test_needs_engine.py"
+    test.write_text("from tests.runtimes.conftest import require\nrequire('no_such_engine_xyz', 'pip install it')\n"
+                    "def test_x():\n    pass\n")  # fmt: skip
+    for ci, outcome in (("", "1 skipped"), ("true", "1 error")):
+        run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--rootdir", str(ROOT),
+                              str(test)], capture_output=True, text=True, cwd=ROOT, timeout=120,
+                             env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "CI": ci})  # fmt: skip
+        assert outcome in run.stdout, run.stdout[-2000:]
+        if ci:
+            assert "CI=true: no_such_engine_xyz is not installed" in run.stdout
