@@ -127,9 +127,12 @@ ABORTABLE_BOUND = BOUND
 STAGE_LIVE = BOUND | {S.ABORTING}
 _FINISH = (("stopped", S.FINISHED_STOPPED), ("length_capped", S.FINISHED_LENGTH_CAPPED),
            ("repetition", S.FINISHED_REPETITION))
-#: States a stage finishes a request from: running, or parked between the turns of a streaming-input session
-#: (vLLM ends a parked session when its input ends)
-_FINISHES_FROM: tuple[S, ...] = (S.RUNNING, S.WAITING_FOR_STREAMING_REQ)
+#: States a stage reports outputs from: running, or preempted while a batch of it was in flight (vLLM's asynchronous
+#: scheduling delivers that batch's tokens after the preemption)
+_OUTPUTS_FROM: tuple[S, ...] = (S.RUNNING, S.PREEMPTED)
+#: States a stage finishes a request from: those, and parked between the turns of a streaming-input session (vLLM
+#: ends a parked session when its input ends; a preempted request may stop on its in-flight tokens)
+_FINISHES_FROM: tuple[S, ...] = (*_OUTPUTS_FROM, S.WAITING_FOR_STREAMING_REQ)
 #: Parking waits entered from RUNNING (a streaming / chunked input runs, then waits for more)
 _PARK_WHILE_RUNNING: tuple[tuple[type[ev.StageEvent], S], ...] = (
     (ev.AwaitStreamingReq, S.WAITING_FOR_STREAMING_REQ),
@@ -162,11 +165,12 @@ def request_rows() -> list[Row]:
         rows += _rows([S.RUNNING], wait, parked, ("ar_stage",))
     rows += _rows(PARKED, ev.InputReady, S.WAITING)
     # outputs and finishes at the current stage
-    rows += _rows([S.RUNNING], ev.StageOutput, None, ("final_output_stage", "ar_stage"),
+    rows += _rows(_OUTPUTS_FROM, ev.StageOutput, None, ("final_output_stage", "ar_stage"),
                   effects=(D.ACCUMULATE, D.EMIT_PARTIAL))
-    rows += _rows([S.RUNNING], ev.StageOutput, None, effects=(D.ACCUMULATE,))
+    rows += _rows(_OUTPUTS_FROM, ev.StageOutput, None, effects=(D.ACCUMULATE,))
     rows += _rows([S.WAITING], ev.StageFinished, S.FINISHED_IGNORED, ("prompt_ignored", "nothing_generated"))
-    # a stage finishes a running request, or a streaming-input session parked between turns whose input ended
+    # a stage finishes a running request (or a preempted one whose in-flight tokens stop it), or a streaming-input
+    # session parked between turns whose input ended
     finishing = _FINISHES_FROM
     for guard, finished in _FINISH:
         rows += _rows(finishing, ev.StageFinished, finished, (guard, "last_stage"))
@@ -205,7 +209,8 @@ def request_rows() -> list[Row]:
     for interrupted in sorted(ABORTABLE_BOUND, key=lambda s: s.name):
         rows += _rows([S.ABORTING], ev.AbortFailed, interrupted, (resumes(interrupted),),
                       effects=(D.ANSWER_ABORT_FAILED,))
-    rows += _rows([S.ABORTING], ev.StageOutput, None, (resumes(S.RUNNING),), effects=(D.ACCUMULATE,))
+    for interrupted in _OUTPUTS_FROM:
+        rows += _rows([S.ABORTING], ev.StageOutput, None, (resumes(interrupted),), effects=(D.ACCUMULATE,))
     rows += _rows([S.ABORTING], ev.StageFinished, S.FINISHED_ABORTED, effects=(D.COMMIT_ABORT,))
     rows += _follow_interrupted(rows)
     # failures, engine death, shutdown: from every live state

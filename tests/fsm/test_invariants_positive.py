@@ -306,6 +306,15 @@ def test_a_streaming_session_whose_input_ends_while_parked_finishes() -> None:  
     assert (the_terminal(seen).outcome, the_terminal(seen).reason) == (Outcome.FINISHED, "stop")
 
 
+@pytest.mark.covers("AR-INV-001")
+def test_a_preempted_request_gets_its_in_flight_tokens_and_may_stop_on_them() -> None:  # vLLM's AsyncScheduler
+    seen = clean(ONE_AR, ev.Submit(1), ev.Scheduled(1, 0), ev.StageOutput(1, 0), ev.Preempted(1, 0),
+                 ev.StageOutput(1, 0, 1), ev.StageFinished(1, 0))  # fmt: skip
+    assert not [o for o in seen if isinstance(o, ob.Rejected)]
+    assert [o.tokens for o in seen if isinstance(o, ob.Emitted) and not o.finished] == [1, 1]
+    assert (the_terminal(seen).outcome, the_terminal(seen).reason) == (Outcome.FINISHED, "stop")
+
+
 @pytest.mark.covers("AR-INV-001", "AR-INV-200")
 def test_parked_requests_hold_no_running_slot() -> None:  # B4: vLLM parks any number of requests
     seen = clean(ONE_AR, ev.Submit(1), ev.Submit(2), ev.Submit(3), ev.Scheduled(1, 0), ev.AwaitGrammar(2, 0),

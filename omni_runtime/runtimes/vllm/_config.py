@@ -11,6 +11,7 @@ import attrs
 import torch
 from vllm.config import CacheConfig, KVTransferConfig, ModelConfig, ParallelConfig, SchedulerConfig, VllmConfig
 from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
+from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
 from vllm.v1.structured_output import StructuredOutputManager
@@ -42,7 +43,11 @@ class SchedulerOptions:
     max_num_batched_tokens: int = attrs.field(default=64, validator=_positive)  #: < a long prompt: chunked prefill
     enable_prefix_caching: bool = False
     kv_connector: bool = False  #: attach the stand-in KV connector (asynchronous loads, delayed frees)
-    #: the scheduler class (vLLM's ``Scheduler`` or a subclass): ``None`` is vLLM's own
+    #: vLLM's GPU default: step N+1 is scheduled before step N's output is applied (``AsyncScheduler``, a batch
+    #: queue of two, as ``EngineCore.step_with_batch_queue`` drives it)
+    async_scheduling: bool = False
+    #: the scheduler class (a subclass of vLLM's ``Scheduler``, or of ``AsyncScheduler`` with ``async_scheduling``):
+    #: ``None`` is vLLM's own
     scheduler_cls: type | None = None
     model_dir: str | None = None  #: the tiny model's directory (``None``: one under the temporary directory)
 
@@ -72,7 +77,10 @@ def build_scheduler(options: SchedulerOptions) -> Scheduler:
     kv = KVCacheConfig(num_blocks=options.num_blocks, kv_cache_tensors=[],
                        kv_cache_groups=[KVCacheGroupSpec(["layer"], spec)])  # fmt: skip
     cache.num_gpu_blocks = options.num_blocks
-    cls: type[Scheduler] = options.scheduler_cls or Scheduler
+    cls: type[Scheduler] = options.scheduler_cls or (AsyncScheduler if options.async_scheduling else Scheduler)
+    if issubclass(cls, AsyncScheduler) != options.async_scheduling:
+        raise ValueError(f"SchedulerOptions: {cls.__name__} with async_scheduling={options.async_scheduling}: an "
+                         f"AsyncScheduler is driven asynchronously, any other scheduler synchronously")  # fmt: skip
     return cls(vllm_config=config, kv_cache_config=kv, structured_output_manager=StructuredOutputManager(config),
                block_size=options.block_size, log_stats=False, include_finished_set=True)
 

@@ -2,8 +2,9 @@
 
 The scheduler is vLLM's own; only its inputs are made up here, from each request's ``RequestPlan``:
 
-- ``StandInModel.execute``: a ``ModelRunnerOutput`` for a ``SchedulerOutput``. A request whose
-  scheduled tokens reach the end of its sequence samples one token (EOS or a stop token where
+- ``StandInModel.execute``: a ``ModelRunnerOutput`` for a ``SchedulerOutput``, made as the batch
+  runs (right after ``schedule()``). A request whose scheduled tokens reach the end of its
+  sequence samples one token (EOS or a stop token where
   the plan says, otherwise a token derived from its id and position); a partial prefill samples
   none. The connector's transfers that completed this step ride along, as a worker reports them.
 - ``StandInGrammar``: a structured-output grammar that accepts every token; its compilation is a
@@ -169,9 +170,11 @@ class StandInModel:
         sampled: list[list[int]] = []
         for rid in req_ids:
             req = self.requests[rid]
-            # schedule() already advanced num_computed_tokens by the scheduled tokens
-            done = req.num_computed_tokens >= req.num_tokens
-            sampled.append([sampled_token(req, len(req.output_token_ids))] if done else [])
+            # schedule() already advanced num_computed_tokens and said whether this chunk ends a prefill; with
+            # asynchronous scheduling the tokens of earlier steps still in flight are placeholders (this step's
+            # included), so this token's index counts them
+            index = len(req.output_token_ids) + max(req.num_output_placeholders - 1, 0)
+            sampled.append([] if req.is_prefill_chunk else [sampled_token(req, index)])
         kv = self.connector.tick() if self.connector is not None else None
         return ModelRunnerOutput(req_ids=req_ids, req_id_to_index={r: i for i, r in enumerate(req_ids)},
                                  sampled_token_ids=sampled, kv_connector_output=kv)  # fmt: skip

@@ -128,6 +128,7 @@ class VllmSchedulerRuntime:
         self._deferred: dict[str, tuple[int, int]] = {}  #: vLLM id -> (abort id, req id): answer when released
         self._rpcs: list[tuple[int, ControlMethod]] = []
         self._held: set[ControlMethod] = set()  #: PAUSE_SCHEDULER and SLEEP in effect
+        self._in_flight: list[tuple[Any, Any]] = []  #: asynchronous scheduling: batches scheduled, output not applied
         self.steps = 0
         self.closed = False
 
@@ -198,14 +199,29 @@ class VllmSchedulerRuntime:
         self._refused.clear()
         self._arrivals()
         self._flush()
-        if not self._held and self._has_work():
+        if self.options.async_scheduling:
+            self._step_async()
+        elif not self._held and self._wants_batch():
             so = self.scheduler.schedule()
             self._flush()
-            out = self.model.execute(so)
-            engine_outputs = self.scheduler.update_from_output(so, out)
-            self._flush(engine_outputs)
-            self._release_deferred()
+            self._update(so, self.model.execute(so))
         return self.busy()
+
+    def _step_async(self) -> None:
+        """One step as ``EngineCore.step_with_batch_queue`` takes it: schedule the next batch before the last one's
+        output is applied, while fewer than two are in flight; else apply the oldest batch's output."""
+        if not self._held and self._wants_batch():
+            so = self.scheduler.schedule()
+            self._flush()
+            self._in_flight.append((so, self.model.execute(so)))  # the batch runs now; its output is applied later
+            if len(self._in_flight) < 2 and (so.total_num_scheduled_tokens > 0 or self.scheduler.has_requests()):
+                return
+        if self._in_flight:
+            self._update(*self._in_flight.pop(0))
+
+    def _update(self, so: Any, out: Any) -> None:
+        self._flush(self.scheduler.update_from_output(so, out))
+        self._release_deferred()
 
     def busy(self) -> bool:
         """Return whether work is left (requests, transfers, answers owed)."""
@@ -218,6 +234,7 @@ class VllmSchedulerRuntime:
         self._refused.clear()
         self._rpcs.clear()
         self._deferred.clear()
+        self._in_flight.clear()
 
     # -- inside ---------------------------------------------------------------------------------
 
@@ -253,9 +270,13 @@ class VllmSchedulerRuntime:
         if self.on_move is not None:
             self.on_move(int(request.request_id), old, new)
 
-    def _has_work(self) -> bool:
+    def _wants_batch(self) -> bool:
+        """Return whether a batch is worth scheduling: requests (or finished ones to clear), or KV transfers."""
         transfers = self.connector is not None and bool(self.connector.loading or self.connector.saving)
-        return self.scheduler.has_unfinished_requests() or transfers
+        return self.scheduler.has_requests() or transfers
+
+    def _has_work(self) -> bool:
+        return self._wants_batch() or bool(self._in_flight)
 
     def _arrivals(self) -> None:
         """What arrives from outside the scheduler: grammars compiled, chunks of streamed input."""

@@ -16,6 +16,8 @@ from typing import Any
 
 import attrs
 from hypothesis import strategies as st
+from vllm.v1.core.sched.async_scheduler import AsyncScheduler
+from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.request import RequestStatus
 
 from omni_fsm import StageKind
@@ -58,6 +60,7 @@ class Setup:
     num_blocks: int = 64
     prefix_caching: bool = False
     connector: bool = False
+    async_scheduling: bool = False  #: vLLM's ``AsyncScheduler``, step N+1 scheduled before step N's output applied
 
 
 Op = Add | Step | Abort | AbortWaiting
@@ -105,9 +108,10 @@ def programs() -> st.SearchStrategy[list[Op]]:
     return st.lists(ops(), min_size=1, max_size=30)
 
 
-def setups() -> st.SearchStrategy[Setup]:
+def setups(async_scheduling: bool = False) -> st.SearchStrategy[Setup]:
     """Return a strategy for the scheduler's settings: tight or ample KV cache, prefix caching, the connector."""
-    return st.builds(Setup, st.integers(1, 4), st.sampled_from([8, 10, 64]), st.booleans(), st.booleans())
+    return st.builds(Setup, st.integers(1, 4), st.sampled_from([8, 10, 64]), st.booleans(), st.booleans(),
+                     st.just(async_scheduling))  # fmt: skip
 
 
 # -- the runner ----------------------------------------------------------------------------------------------
@@ -122,16 +126,20 @@ def _prompt_tokens(n: int, add: Add) -> tuple[int, ...]:
 class _Run:
     """One program's run: the engine, what was recorded, and the rules judged over it."""
 
-    def __init__(self, setup: Setup, scheduler_cls: type | None) -> None:
+    def __init__(self, setup: Setup, fault: type | None) -> None:
         self.pipeline = simple_pipeline([StageKind.AR], [True], replicas=1, max_running=setup.max_num_seqs)
+        base = AsyncScheduler if setup.async_scheduling else Scheduler
+        scheduler_cls = None if fault is None else type(f"{fault.__name__}{base.__name__}", (fault, base), {})
         options = SchedulerOptions(max_num_seqs=setup.max_num_seqs, num_blocks=setup.num_blocks,
                                    enable_prefix_caching=setup.prefix_caching, kv_connector=setup.connector,
-                                   scheduler_cls=scheduler_cls)  # fmt: skip
+                                   async_scheduling=setup.async_scheduling, scheduler_cls=scheduler_cls)  # fmt: skip
         self.queue: list[RequestPlan] = []
         self.plans: dict[int, RequestPlan] = {}
         self.runtime = VllmSchedulerRuntime(self.pipeline.stages[0], options, plans=self._plan, on_move=self._moved)
         self.monitor = Monitor(self.pipeline.kinds, self.pipeline.final, self.pipeline.slots)
         self.engine = Engine(self.pipeline, [[self.runtime]], on_step=self._stepped)
+        scheduler = self.runtime.scheduler
+        self._update, scheduler.update_from_output = scheduler.update_from_output, self._updated  # type: ignore[method-assign]
         self.moves: dict[int, list[tuple[RS | None, RS]]] = {}
         self.messages: dict[int, list[ClientMessage]] = {}
         self.aborted: set[int] = set()  #: requests the program aborted while vLLM still had them unfinished
@@ -151,6 +159,17 @@ class _Run:
             what = "resumable " if resumable else ""
             self.broken.append(f"AR-INV-001 {what}request {req_id}: {old} -> {new} is not an upstream vLLM move")
         seen.append((old, new))
+
+    def _updated(self, so: Any, out: Any) -> Any:
+        """vLLM's ``update_from_output``, its outputs judged: no token for a request after vLLM aborted it (with
+        asynchronous scheduling, a placeholder resolved after the abort must not reach anyone)."""
+        outputs = self._update(so, out)
+        for engine_outputs in outputs.values():
+            for o in engine_outputs.outputs:
+                rid = int(o.request_id)
+                if o.new_token_ids and RS.FINISHED_ABORTED in (new for _, new in self.moves.get(rid, [])):
+                    self.broken.append(f"ORCH-INV-209 request {rid}: vLLM output {o.new_token_ids} after its abort")
+        return outputs
 
     def _stepped(self, event: Any, observations: Any) -> None:
         for o in observations:
@@ -250,14 +269,14 @@ class _Run:
             self.broken.append(f"ORCH-INV-209 request {rid}: vLLM moved it after its abort: {self._path(rid)}")
 
 
-def run_program(program: Sequence[Op], setup: Setup = Setup(), scheduler_cls: type | None = None) -> list[str]:
-    """Run ``program`` on vLLM's scheduler (or ``scheduler_cls``); return every broken rule (``[]``: none)."""
-    return execute(program, setup, scheduler_cls).broken
+def run_program(program: Sequence[Op], setup: Setup = Setup(), fault: type | None = None) -> list[str]:
+    """Run ``program`` on vLLM's scheduler (with ``fault`` mixed into it); return every broken rule (``[]``: none)."""
+    return execute(program, setup, fault).broken
 
 
-def execute(program: Sequence[Op], setup: Setup = Setup(), scheduler_cls: type | None = None) -> _Run:
+def execute(program: Sequence[Op], setup: Setup = Setup(), fault: type | None = None) -> _Run:
     """Run ``program`` to its drain; return the run (``moves``: vLLM's moves per request; ``broken``)."""
-    run = _Run(setup, scheduler_cls)
+    run = _Run(setup, fault)
     for op in program:
         if isinstance(op, Add):
             run.add(op)

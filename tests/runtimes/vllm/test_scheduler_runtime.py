@@ -133,10 +133,14 @@ def test_an_abort_of_an_ended_or_unknown_request_says_it_is_gone():
 
 
 def test_a_scheduler_that_keeps_an_aborted_request_gets_a_failed_abort():
+    from vllm.v1.core.sched.scheduler import Scheduler
+
     from tests.runtimes.vllm.faulty_schedulers import AbortMissesRemoteKVWait
 
+    faulty = type("AbortMissesRemoteKVWaitScheduler", (AbortMissesRemoteKVWait, Scheduler), {})
+
     made, reports = runtime({1: RequestPlan(max_tokens=4, kv_load_steps=5)}, kv_connector=True,
-                            scheduler_cls=AbortMissesRemoteKVWait)  # fmt: skip
+                            scheduler_cls=faulty)  # fmt: skip
     made.add_request(1, StageInput(tuple(range(4, 40))))
     made.step()
     made.abort_requests(9, [1])

@@ -7,12 +7,15 @@ the stand-in KV connector. Every status assignment vLLM makes is recorded as it 
 it is a move of ``upstream.VLLM_MOVES``; what the binding reports of it is accepted by the lifecycle
 table (no ``Rejected``); each request ends exactly once, with the reason vLLM's own map gives its
 final status; nothing moves after an abort; an abort ends every unfinished request whatever its
-status; after the drain every KV block is free. The fixed examples are the paths that found the
+status; no token reaches anyone after vLLM aborted the request; after the drain every KV block is
+free. Both of vLLM's schedulers run it: ``Scheduler`` and ``AsyncScheduler`` (GPU's default: step
+N+1 scheduled before step N's output is applied). The fixed examples are the paths that found the
 moves the encoding lacked; the faulty schedulers are each caught by one of them.
 """
 
 from __future__ import annotations
 
+import attrs
 import pytest
 
 from tests.runtimes.conftest import require
@@ -61,8 +64,21 @@ ABORT_RUNNING = ([Add(PLAIN, 10), Step(2), Abort(0), Add(PLAIN, 10), Step(3)], S
 #: two requests on 4 blocks: one is preempted and runs again
 PREEMPTION = ([Add(RequestPlan(max_tokens=10), 30), Add(RequestPlan(max_tokens=10), 30), Step(6)],
               Setup(max_num_seqs=2, num_blocks=6))  # fmt: skip
-FIXED = {"preempt_and_reload": PREEMPT_AND_RELOAD, "streamed_turns": STREAMED_TURNS, "grammars": GRAMMARS,
+#: asynchronous scheduling: a request preempted while a batch of it is in flight gets that batch's token and stops on
+#: it (PREEMPTED -> FINISHED_STOPPED, an output while preempted)
+STOP_IN_FLIGHT = ([Add(RequestPlan(max_tokens=6, eos_at=2), 30), Add(RequestPlan(max_tokens=6, eos_at=2), 30), Step(8)],
+                  Setup(max_num_seqs=2, num_blocks=5))  # fmt: skip
+FIXED = {"stop_in_flight": STOP_IN_FLIGHT, "preempt_and_reload": PREEMPT_AND_RELOAD, "streamed_turns": STREAMED_TURNS,
+         "grammars": GRAMMARS,
          "abort_during_load": ABORT_DURING_LOAD, "abort_running": ABORT_RUNNING, "preemption": PREEMPTION}  # fmt: skip
+
+
+SCHEDULERS = {"Scheduler": False, "AsyncScheduler": True}
+
+
+def on(setup: Setup, scheduler: str) -> Setup:
+    """Return ``setup`` on the named scheduler."""
+    return attrs.evolve(setup, async_scheduling=SCHEDULERS[scheduler])
 
 
 def test_the_encoding_was_checked_against_the_installed_vllm():
@@ -72,82 +88,96 @@ def test_the_encoding_was_checked_against_the_installed_vllm():
         f"against it and record the version in CHECKED_AGAINST")  # fmt: skip
 
 
+@pytest.mark.parametrize("scheduler", SCHEDULERS)
 @pytest.mark.parametrize("name", sorted(FIXED))
-def test_fixed_paths_follow_the_contract(name):
+def test_fixed_paths_follow_the_contract(name, scheduler):
     program, setup = FIXED[name]
-    assert run_program(program, setup) == []
+    assert run_program(program, on(setup, scheduler)) == []
 
 
-def test_the_fixed_paths_reach_the_moves_the_old_encoding_lacked():
+@pytest.mark.parametrize("scheduler", SCHEDULERS)
+def test_the_fixed_paths_reach_the_moves_the_old_encoding_lacked(scheduler):
     """The fixed programs do make the moves this test found (their passing is not vacuous)."""
     seen = {(str(o), str(n)) for program, setup in FIXED.values()
-            for moves in execute(program, setup).moves.values() for o, n in moves}  # fmt: skip
+            for moves in execute(program, on(setup, scheduler)).moves.values() for o, n in moves}  # fmt: skip
     assert ("PREEMPTED", "WAITING_FOR_REMOTE_KVS") in seen and ("WAITING_FOR_REMOTE_KVS", "PREEMPTED") in seen
     assert {("FINISHED_STOPPED", "WAITING"), ("FINISHED_LENGTH_CAPPED", "WAITING_FOR_STREAMING_REQ")} <= seen
     assert {("WAITING_FOR_STREAMING_REQ", "FINISHED_ABORTED"), ("WAITING_FOR_REMOTE_KVS", "FINISHED_ABORTED")} <= seen
     assert ("RUNNING", "PREEMPTED") in seen and ("PREEMPTED", "RUNNING") in seen
+    if SCHEDULERS[scheduler]:
+        assert ("PREEMPTED", "FINISHED_STOPPED") in seen  # only the asynchronous path makes it
 
 
-def contract_test(scheduler_cls: type | None = None, phases=tuple(Phase)):
-    """Return the contract test for ``scheduler_cls`` (``None``: vLLM's own), with the fixed examples first."""
+def contract_test(scheduler: str, fault: type | None = None, phases=tuple(Phase)):
+    """Return the contract test on ``scheduler`` (with ``fault`` mixed in), its fixed examples first."""
+
+    def fixed(case: tuple) -> dict:
+        return {"program": case[0], "setup": on(case[1], scheduler)}
 
     @settings(max_examples=60, phases=phases, database=None)
-    @given(program=programs(), setup=setups())
-    @example(program=PREEMPT_AND_RELOAD[0], setup=PREEMPT_AND_RELOAD[1])
-    @example(program=STREAMED_TURNS[0], setup=STREAMED_TURNS[1])
-    @example(program=GRAMMARS[0], setup=GRAMMARS[1])
-    @example(program=ABORT_DURING_LOAD[0], setup=ABORT_DURING_LOAD[1])
-    @example(program=ABORT_RUNNING[0], setup=ABORT_RUNNING[1])
-    @example(program=PREEMPTION[0], setup=PREEMPTION[1])
+    @given(program=programs(), setup=setups(SCHEDULERS[scheduler]))
+    @example(**fixed(PREEMPT_AND_RELOAD))
+    @example(**fixed(STREAMED_TURNS))
+    @example(**fixed(GRAMMARS))
+    @example(**fixed(ABORT_DURING_LOAD))
+    @example(**fixed(ABORT_RUNNING))
+    @example(**fixed(PREEMPTION))
+    @example(**fixed(STOP_IN_FLIGHT))
     def check(program, setup):
-        broken = run_program(program, setup, scheduler_cls)
+        broken = run_program(program, setup, fault)
         assert broken == [], "\n".join(broken)
 
     return check
 
 
-test_vllm_scheduler_follows_the_upstream_contract = contract_test()
-
-
-@pytest.mark.parametrize(("fault", "rule"), [
-    (faulty.ReadmitsAborted, "FINISHED_ABORTED -> WAITING is not an upstream vLLM move"),
-    (faulty.AbortMissesRemoteKVWait, "aborted in WAITING_FOR_REMOTE_KVS, left WAITING_FOR_REMOTE_KVS"),
-    (faulty.SkipsPreempted, "PREEMPTED -> WAITING is not an upstream vLLM move"),
-], ids=lambda x: getattr(x, "__name__", ""))  # fmt: skip
-def test_the_contract_test_catches_each_faulty_scheduler_by_its_fixed_examples(fault, rule):
-    """Only the explicit examples run (no generation): the catch is not a matter of luck."""
-    with pytest.raises(AssertionError) as caught:
-        contract_test(fault, phases=(Phase.explicit,))()
-    assert rule in str(caught.value)
+@pytest.mark.parametrize("scheduler", SCHEDULERS)
+def test_vllm_scheduler_follows_the_upstream_contract(scheduler):
+    contract_test(scheduler)()
 
 
 # -- faulty schedulers: each caught by a fixed example, by the rule it breaks -------------------------------
 
 
-def _caught(fault, fixed):
+@pytest.mark.parametrize("scheduler", SCHEDULERS)
+@pytest.mark.parametrize(("fault", "rule"), [
+    (faulty.ReadmitsAborted, "FINISHED_ABORTED -> WAITING is not an upstream vLLM move"),
+    (faulty.AbortMissesRemoteKVWait, "aborted in WAITING_FOR_REMOTE_KVS, left WAITING_FOR_REMOTE_KVS"),
+    (faulty.SkipsPreempted, "PREEMPTED -> WAITING is not an upstream vLLM move"),
+], ids=lambda x: getattr(x, "__name__", ""))  # fmt: skip
+def test_the_contract_test_catches_each_faulty_scheduler_by_its_fixed_examples(fault, rule, scheduler):
+    """Only the explicit examples run (no generation): the catch is not a matter of luck."""
+    with pytest.raises(AssertionError) as caught:
+        contract_test(scheduler, fault, phases=(Phase.explicit,))()
+    assert rule in str(caught.value)
+
+
+def _caught(fault: type, fixed: str, scheduler: str) -> list[str]:
     program, setup = FIXED[fixed]
-    return run_program(program, setup, scheduler_cls=fault)
+    return run_program(program, on(setup, scheduler), fault)
 
 
-def test_a_scheduler_that_readmits_an_aborted_request_is_caught():
-    broken = _caught(faulty.ReadmitsAborted, "abort_running")
+@pytest.mark.parametrize("scheduler", SCHEDULERS)
+def test_a_scheduler_that_readmits_an_aborted_request_is_caught(scheduler):
+    broken = _caught(faulty.ReadmitsAborted, "abort_running", scheduler)
     assert any("FINISHED_ABORTED -> WAITING is not an upstream vLLM move" in b for b in broken), broken
-    assert any(b.startswith("ORCH-INV-209") and "moved it after its abort" in b for b in broken), broken
+    assert any(b.startswith("ORCH-INV-209") and "after its abort" in b for b in broken), broken
 
 
-def test_a_scheduler_that_aborts_by_status_and_misses_a_wait_is_caught():
-    broken = _caught(faulty.AbortMissesRemoteKVWait, "abort_during_load")
+@pytest.mark.parametrize("scheduler", SCHEDULERS)
+def test_a_scheduler_that_aborts_by_status_and_misses_a_wait_is_caught(scheduler):
+    broken = _caught(faulty.AbortMissesRemoteKVWait, "abort_during_load", scheduler)
     assert any("aborted in WAITING_FOR_REMOTE_KVS, left WAITING_FOR_REMOTE_KVS" in b for b in broken), broken
 
 
-def test_a_scheduler_that_skips_preempted_is_caught():
-    broken = _caught(faulty.SkipsPreempted, "preemption")
+@pytest.mark.parametrize("scheduler", SCHEDULERS)
+def test_a_scheduler_that_skips_preempted_is_caught(scheduler):
+    broken = _caught(faulty.SkipsPreempted, "preemption", scheduler)
     assert any("PREEMPTED -> WAITING is not an upstream vLLM move" in b for b in broken), broken
     assert any(b.startswith("table:") and "InputReady" in b for b in broken), broken
 
 
+@pytest.mark.parametrize("scheduler", SCHEDULERS)
 @pytest.mark.parametrize("fault", faulty.FAULTY, ids=lambda f: f.__name__)
-def test_each_faulty_scheduler_passes_every_other_fixed_path_it_does_not_touch(fault):
-    """Each fault is caught by its own path; a plain request on the faulty scheduler still passes (the rules
-    judge behaviour, not the class)."""
-    assert run_program([Add(PLAIN, 5), Step(10)], Setup(), scheduler_cls=fault) == []
+def test_a_plain_request_on_a_faulty_scheduler_still_passes(fault, scheduler):
+    """The rules judge behaviour, not the class: where a fault does not act, nothing is reported."""
+    assert run_program([Add(PLAIN, 5), Step(10)], on(Setup(), scheduler), fault) == []
