@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck bench bench-vllm clean setup
+.PHONY: demo test lint typecheck bench bench-vllm test-vllm-gpu-build clean setup
 
 # A venv that failed half-way (no venv module, an interpreter older than 3.11) is removed, not reused.
 $(BIN)/python:
@@ -53,5 +53,18 @@ bench: $(STAMP)
 bench-vllm: $(VLLM_STAMP)
 	$(BIN)/python bench/vllm_observer.py
 
+# The GPU build of vLLM (9.4 GB, not part of `make test`) in a venv of its own: its schedulers run on the CPU
+# (VLLM_TARGET_DEVICE=cpu; it cannot run a model here). The scheduler-level tests on both schedulers, then the
+# census of the status moves its schedulers make (diff it against the CPU build's: docs/vllm.md).
+GPU_VENV := .venv-vllm-gpu
+test-vllm-gpu-build: $(BIN)/python
+	test -x $(GPU_VENV)/bin/python || $(PY) -m venv $(GPU_VENV)
+	$(GPU_VENV)/bin/python -m pip install -q --upgrade pip
+	$(GPU_VENV)/bin/python -m pip install -q 'vllm==0.33.0'
+	$(GPU_VENV)/bin/python -m pip install -q -e '.[dev]'
+	VLLM_TARGET_DEVICE=cpu $(GPU_VENV)/bin/python -m pytest -p no:cacheprovider tests/runtimes/vllm/test_upstream_contract.py \
+		tests/runtimes/vllm/test_scheduler_runtime.py tests/runtimes/vllm/test_conformance.py
+	VLLM_TARGET_DEVICE=cpu $(GPU_VENV)/bin/python -m tests.runtimes.vllm.census
+
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis out *.egg-info
+	rm -rf $(VENV) $(GPU_VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis out *.egg-info

@@ -32,7 +32,7 @@ FINISHED_ABORTED, FINISHED_IGNORED, FINISHED_ERROR = "FINISHED_ABORTED", "FINISH
 VLLM_FINISHED = frozenset({FINISHED_STOPPED, FINISHED_LENGTH_CAPPED, FINISHED_REPETITION, FINISHED_ABORTED,
                            FINISHED_IGNORED, FINISHED_ERROR})  # fmt: skip
 #: the vLLM versions whose scheduler the binding's contract test checked this encoding against
-CHECKED_AGAINST = ("0.32.0",)
+CHECKED_AGAINST = ("0.32.0", "0.33.0")
 
 #: the statuses a request is created in (``Request.__init__``: WAITING, then the grammar wait if it has one)
 VLLM_ENTRY = frozenset({WAITING})
