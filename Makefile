@@ -57,7 +57,7 @@ bench-vllm: $(VLLM_STAMP)
 # (VLLM_TARGET_DEVICE=cpu; it cannot run a model here). The scheduler-level tests on both schedulers, then the
 # census of the status moves its schedulers make (diff it against the CPU build's: docs/vllm.md).
 GPU_VENV := .venv-vllm-gpu
-test-vllm-gpu-build: $(BIN)/python
+test-vllm-gpu-build:
 	test -x $(GPU_VENV)/bin/python || $(PY) -m venv $(GPU_VENV)
 	$(GPU_VENV)/bin/python -m pip install -q --upgrade pip
 	$(GPU_VENV)/bin/python -m pip install -q 'vllm==0.33.0'
