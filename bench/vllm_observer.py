@@ -1,7 +1,8 @@
 """Benchmark the vLLM binding's observation on vLLM's real scheduler.
 
-One cycle is ``schedule()`` + ``update_from_output()`` of vLLM's v1 ``Scheduler`` with 256 and with
-1,024 running requests (decode steps with churn: each request stops after 20-60 tokens and a new
+One cycle is ``schedule()`` + ``update_from_output()`` of vLLM's v1 ``Scheduler``, and of its
+``AsyncScheduler`` (the output a cycle applies is the previous cycle's batch's, as on a GPU), with
+256 and with 1,024 running requests (decode steps with churn: each request stops after 20-60 tokens and a new
 one, 32 prompt tokens, takes its place, so status assignments happen every cycle). Two schedulers
 built alike run the same requests and the same model outputs (made outside the clock):
 
@@ -15,12 +16,13 @@ swapped every pair), at least 11 pairs; each figure is the median over the pairs
 run times the hook's cost measured alone, plus the ``take_moves`` calls timed in the run.
 
 Last line: ``vllm_observer: requests=... bare_ms=... observed_ms=... hook_us_per_cycle=...
-overhead_ratio=...`` (of the request count with the larger ratio).
+overhead_ratio=...`` (of the case, request count and scheduler, with the largest ratio).
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import statistics
 import sys
@@ -53,13 +55,16 @@ def _length(i: int) -> int:
 class Pair:
     """The bare and the observed scheduler, fed the same requests."""
 
-    def __init__(self, n: int) -> None:
-        options = SchedulerOptions(max_num_seqs=n, num_blocks=n * 8, max_num_batched_tokens=n + 64 * PROMPT)
+    def __init__(self, n: int, async_scheduling: bool) -> None:
+        options = SchedulerOptions(max_num_seqs=n, num_blocks=n * 8, max_num_batched_tokens=n + 64 * PROMPT,
+                                   async_scheduling=async_scheduling)  # fmt: skip
+        self.pending: dict[str, Any] = {}  #: asynchronous scheduling: the batch in flight, per side
         spec = simple_pipeline([StageKind.AR], [True], max_running=n).stages[0]
         plans = lambda s, rid, inp: RequestPlan(max_tokens=_length(rid))  # the same lengths as the bare requests
         self.runtime = VllmSchedulerRuntime(spec, options, plans=plans)
         self.runtime.bind(lambda report: None)
         self.bare = build_scheduler(options)
+        self.async_scheduling = async_scheduling
         self.hasher = self.runtime._hasher
         self.next_id = 0
         self.hook_calls = 0
@@ -91,6 +96,13 @@ class Pair:
         return ModelRunnerOutput(req_ids=ids, req_id_to_index={r: i for i, r in enumerate(ids)},
                                  sampled_token_ids=[[TOKEN]] * len(ids))  # fmt: skip
 
+    def _applied(self, side: str, so: Any, out: ModelRunnerOutput) -> tuple[Any, ModelRunnerOutput] | None:
+        """Return the batch whose output a cycle applies: this one, or (asynchronous) the one before it."""
+        if not self.async_scheduling:
+            return so, out
+        before, self.pending[side] = self.pending.get(side), (so, out)
+        return before
+
     def run_bare(self, cycles: int) -> float:
         """Return the seconds of ``cycles`` bare cycles (outputs made off the clock)."""
         spent, scheduler = 0.0, self.bare
@@ -98,10 +110,11 @@ class Pair:
             start = time.perf_counter()
             so = scheduler.schedule()
             spent += time.perf_counter() - start
-            out = self._output(so)
-            start = time.perf_counter()
-            scheduler.update_from_output(so, out)
-            spent += time.perf_counter() - start
+            applied = self._applied("bare", so, self._output(so))
+            if applied is not None:
+                start = time.perf_counter()
+                scheduler.update_from_output(*applied)
+                spent += time.perf_counter() - start
         return spent
 
     def run_observed(self, cycles: int) -> tuple[float, int]:
@@ -117,9 +130,11 @@ class Pair:
             said = runtime.take_moves()
             self.take_s, self.takes = self.take_s + time.perf_counter() - t, self.takes + 1
             spent += time.perf_counter() - start
-            out = self._output(so)
+            applied = self._applied("observed", so, self._output(so))
+            if applied is None:
+                continue
             start = time.perf_counter()
-            scheduler.update_from_output(so, out)
+            scheduler.update_from_output(*applied)
             self.hook_calls += len(runtime._log)
             t = time.perf_counter()
             said = runtime.take_moves()
@@ -144,8 +159,8 @@ def hook_cost_us(runtime: VllmSchedulerRuntime, calls: int = 20_000) -> float:
     return spent / calls * 1e6
 
 
-def measure(n: int, pairs: int, cycles: int) -> dict[str, float]:
-    pair = Pair(n)
+def measure(n: int, async_scheduling: bool, pairs: int, cycles: int) -> dict[str, Any]:
+    pair = Pair(n, async_scheduling)
     for _ in range(3):  # warm up: prefill, lazy imports
         pair.run_bare(1)
         _, done = pair.run_observed(1)
@@ -167,9 +182,10 @@ def measure(n: int, pairs: int, cycles: int) -> dict[str, float]:
     per_call = hook_cost_us(pair.runtime)
     hook_us = (pair.hook_calls * per_call + pair.take_s * 1e6) / observed_cycles
     ratios = [o / b for b, o in zip(bare, observed, strict=True)]
-    return {"requests": n, "bare_ms": statistics.median(bare), "observed_ms": statistics.median(observed),
-            "hook_us_per_cycle": hook_us, "overhead_ratio": statistics.median(ratios), "pairs": pairs,
-            "cycles": observed_cycles, "hook_calls": pair.hook_calls, "hook_call_us": per_call,
+    return {"requests": n, "scheduler": type(pair.bare).__name__, "bare_ms": statistics.median(bare),
+            "observed_ms": statistics.median(observed), "hook_us_per_cycle": hook_us,
+            "overhead_ratio": statistics.median(ratios), "pairs": pairs, "cycles": observed_cycles,
+            "hook_calls": pair.hook_calls, "hook_call_us": per_call,
             "running": len(pair.runtime.scheduler.running)}  # fmt: skip
 
 
@@ -182,10 +198,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.pairs < 11 or args.cycles < 1:
         parser.error("--pairs must be at least 11 and --cycles at least 1")
     results = []
-    for n in args.requests:
-        r = measure(n, args.pairs, args.cycles)
+    for n, async_scheduling in itertools.product(args.requests, (False, True)):
+        r = measure(n, async_scheduling, args.pairs, args.cycles)
         results.append(r)
-        print(f"requests={n}: running={r['running']} pairs={r['pairs']} cycles={r['cycles']} "
+        print(f"requests={n} {r['scheduler']}: running={r['running']} pairs={r['pairs']} cycles={r['cycles']} "
               f"bare_ms={r['bare_ms']:.3f} observed_ms={r['observed_ms']:.3f} ratio={r['overhead_ratio']:.3f} "
               f"hook_calls={r['hook_calls']} hook_call_us={r['hook_call_us']:.3f} "
               f"hook_us_per_cycle={r['hook_us_per_cycle']:.1f}", flush=True)  # fmt: skip

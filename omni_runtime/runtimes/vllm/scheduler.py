@@ -25,10 +25,11 @@ from omni_fsm import ControlMethod, StopKind
 from omni_runtime import protocol as rp
 from omni_runtime.adapters import StageInput
 from omni_runtime.pipeline import StageSpec
-from omni_runtime.runtimes.vllm._config import SchedulerOptions, block_hasher, build_scheduler, free_blocks
+from omni_runtime.runtimes.vllm._config import SchedulerOptions, free_blocks
+from omni_runtime.runtimes.vllm._engine import CoreEngine, StandInEngine
 from omni_runtime.runtimes.vllm._observe import ObservedRequest
 from omni_runtime.runtimes.vllm._plan import RequestPlan, plan_for
-from omni_runtime.runtimes.vllm._standin import OmniStandInConnector, StandInModel, compile_grammar, grammar_future
+from omni_runtime.runtimes.vllm._standin import compile_grammar, grammar_future
 from omni_runtime.runtimes.vllm.tiny import EOS_TOKEN_ID, TINY_LLAMA
 
 RS = RequestStatus
@@ -111,16 +112,16 @@ class VllmSchedulerRuntime:
     """
 
     def __init__(self, spec: StageSpec, options: SchedulerOptions | None = None, *, seed: int = 0,
-                 plans: PlanSource | None = None, rpc_fails: bool = False,
-                 on_move: MoveHook | None = None) -> None:  # fmt: skip
+                 plans: PlanSource | None = None, rpc_fails: bool = False, on_move: MoveHook | None = None,
+                 engine: StandInEngine | CoreEngine | None = None) -> None:  # fmt: skip
         self.spec = spec
         self.options = options or SchedulerOptions(max_num_seqs=spec.max_running)
-        self.scheduler = build_scheduler(self.options)
-        self.connector: OmniStandInConnector | None = self.scheduler.connector  # type: ignore[assignment]
-        self.model = StandInModel(self.scheduler.requests, self.connector)
+        self.engine = engine or StandInEngine(self.options)
+        self.scheduler = self.engine.scheduler
+        self.connector = self.engine.connector
         self.seed, self.rpc_fails, self.on_move = seed, rpc_fails, on_move
         self._plans = plans or self._drawn_plan
-        self._hasher = block_hasher(self.options.block_size)
+        self._hasher = self.engine.block_hasher
         self._sink: rp.ReportSink | None = None
         self._live: dict[int, _Live] = {}
         self._log: list[tuple[Request, RequestStatus | None, RequestStatus]] = []
@@ -159,7 +160,7 @@ class VllmSchedulerRuntime:
             last = arrivals[-1][0] if arrivals else self.steps
             arrivals.append((last + plan.stream_end_after, None))
         live.stream_left = arrivals
-        self.scheduler.add_request(live.request)
+        self.engine.add_request(live.request)
 
     def abort_requests(self, abort_id: int, req_ids: Sequence[int]) -> None:
         if self.closed:
@@ -204,7 +205,7 @@ class VllmSchedulerRuntime:
         elif not self._held and self._wants_batch():
             so = self.scheduler.schedule()
             self._flush()
-            self._update(so, self.model.execute(so))
+            self._update(so, self.engine.execute(so))
         return self.busy()
 
     def _step_async(self) -> None:
@@ -213,7 +214,7 @@ class VllmSchedulerRuntime:
         if not self._held and self._wants_batch():
             so = self.scheduler.schedule()
             self._flush()
-            self._in_flight.append((so, self.model.execute(so)))  # the batch runs now; its output is applied later
+            self._in_flight.append((so, self.engine.execute(so)))  # the batch runs now; its output is applied later
             if len(self._in_flight) < 2 and (so.total_num_scheduled_tokens > 0 or self.scheduler.has_requests()):
                 return
         if self._in_flight:
@@ -228,6 +229,8 @@ class VllmSchedulerRuntime:
         return not self.closed and bool(self._live or self._refused or self._rpcs or self._has_work())
 
     def shutdown(self) -> None:
+        if not self.closed:
+            self.engine.shutdown()
         self.closed = True
         self._live.clear()
         self._log.clear()
@@ -245,7 +248,7 @@ class VllmSchedulerRuntime:
         limit = self.options.max_model_len
         if len(token_ids) >= limit:
             return f"a prompt of {len(token_ids)} tokens leaves no room under max_model_len={limit}"
-        vocab = int(TINY_LLAMA["vocab_size"])  # type: ignore[call-overload]
+        vocab = int(TINY_LLAMA["vocab_size"])
         bad = [t for t in token_ids if not 0 <= t < vocab]
         if bad:
             return f"token id {bad[0]} is outside the model's vocabulary (0..{vocab - 1})"
@@ -287,7 +290,7 @@ class VllmSchedulerRuntime:
             while live.stream_left and live.stream_left[0][0] <= self.steps:
                 _, chunk = live.stream_left.pop(0)
                 # a chunk (or, None, the end of the input) for the same request id: vLLM's streaming-input update
-                self.scheduler.add_request(self._request(live, chunk, chunk is not None))
+                self.engine.add_request(self._request(live, chunk, chunk is not None))
 
     def take_moves(self) -> dict[str, list[Said]]:
         """Return what the status assignments since the last call say, per vLLM request id (the observation)."""

@@ -1,16 +1,20 @@
 """The tiny random-weight Llama the tests, demo and benchmarks use, built locally (no model hub).
 
 ``write_tiny_llama_config`` writes what vLLM's ``ModelConfig`` reads (``config.json``): enough for the
-scheduler-level runtime, which runs no model. Nothing here imports vLLM, torch or transformers.
+scheduler-level runtime, which runs no model. ``build_tiny_llama`` writes the whole model: that config,
+random weights (seeded: the same bytes every time) and an offline word-level tokenizer whose
+vocabulary is ``w0 ... w969``, ``a ... z`` and the four specials. torch and transformers are imported
+only by ``build_tiny_llama``.
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 #: the tiny model's shape: hidden 64, 2 layers, vocabulary 1,000 (ids 0-3: unk, bos, eos, pad)
-TINY_LLAMA: dict[str, object] = {
+TINY_LLAMA: dict[str, Any] = {
     "architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 1000, "hidden_size": 64,
     "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 2,
     "head_dim": 32, "max_position_embeddings": 512, "bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 3,
@@ -28,4 +32,39 @@ def write_tiny_llama_config(directory: str | Path) -> Path:
     text = json.dumps(TINY_LLAMA, indent=1, sort_keys=True)
     if not target.exists() or target.read_text() != text:
         target.write_text(text)
+    return path
+
+
+#: the tokenizer's vocabulary: the specials (ids 0-3), then ``w0``..``w969``, then ``a``..``z``
+SPECIALS = ("<unk>", "<s>", "</s>", "<pad>")
+WORDS = tuple(f"w{i}" for i in range(1000 - len(SPECIALS) - 26)) + tuple(chr(ord("a") + i) for i in range(26))
+
+
+def build_tiny_llama(directory: str | Path, seed: int = 0) -> Path:
+    """Write the tiny Llama (config, seeded random weights, offline tokenizer) into ``directory``; return it.
+
+    Idempotent: a directory that already holds the model (``model.safetensors`` and ``tokenizer.json``) is
+    left as it is.
+    """
+    path = write_tiny_llama_config(directory)
+    if (path / "model.safetensors").exists() and (path / "tokenizer.json").exists():
+        return path
+    import torch
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    vocab = {token: i for i, token in enumerate(SPECIALS + WORDS)}
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tok.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 1)])
+    tok.decoder = decoders.WordPiece(prefix="##")  # joins words with spaces
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", bos_token="<s>",  # type: ignore[no-untyped-call]
+                                   eos_token="</s>", pad_token="<pad>")  # fmt: skip
+    fast.model_max_length = int(TINY_LLAMA["max_position_embeddings"])
+    config = {k: v for k, v in TINY_LLAMA.items() if k not in ("architectures", "model_type")}
+    torch.manual_seed(seed)
+    model = LlamaForCausalLM(LlamaConfig(**config))  # type: ignore[no-untyped-call]
+    model.save_pretrained(str(path))
+    fast.save_pretrained(str(path))
+    write_tiny_llama_config(path)  # save_pretrained rewrote it: the one checked-in shape wins
     return path

@@ -12,9 +12,9 @@ import argparse
 import collections
 import sys
 
-import tests.runtimes.conftest  # noqa: F401  (the engine environment)
 from hypothesis import HealthCheck, Phase, given, settings
 
+import tests.runtimes.conftest  # noqa: F401  (the engine environment)
 from tests.runtimes.vllm import test_upstream_contract as contract
 from tests.runtimes.vllm.contract import execute, programs, setups
 

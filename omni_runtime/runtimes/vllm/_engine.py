@@ -1,0 +1,77 @@
+"""What the binding steps: vLLM's scheduler with the stand-in model, or a real in-process ``EngineCore``.
+
+Both offer the same four things to ``VllmSchedulerRuntime``: ``scheduler`` (vLLM's own, whose status
+assignments the binding observes), ``add_request``, ``execute(scheduler_output)`` (the model's
+``ModelRunnerOutput`` for one batch) and ``shutdown``; and ``block_hasher`` for the requests.
+"""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+from vllm.v1.core.sched.output import SchedulerOutput
+from vllm.v1.core.sched.scheduler import Scheduler
+from vllm.v1.outputs import ModelRunnerOutput
+from vllm.v1.request import Request
+
+from omni_runtime.runtimes.vllm._config import SchedulerOptions, block_hasher, build_scheduler
+from omni_runtime.runtimes.vllm._standin import OmniStandInConnector, StandInModel
+
+
+class StandInEngine:
+    """vLLM's real scheduler and the deterministic stand-in model (no model is loaded)."""
+
+    def __init__(self, options: SchedulerOptions) -> None:
+        self.scheduler = build_scheduler(options)
+        connector = self.scheduler.connector
+        self.connector = connector if isinstance(connector, OmniStandInConnector) else None
+        self.model = StandInModel(self.scheduler.requests, self.connector)
+        self.block_hasher = block_hasher(options.block_size)
+
+    def add_request(self, request: Request) -> None:
+        self.scheduler.add_request(request)
+
+    def execute(self, so: SchedulerOutput) -> ModelRunnerOutput:
+        return self.model.execute(so)
+
+    def shutdown(self) -> None:
+        self.scheduler.shutdown()
+
+
+class CoreEngine:
+    """A real in-process ``EngineCore`` (its scheduler, model executor and sampler) on ``model_dir``.
+
+    Greedy tokens equal ``vllm.LLM.generate``'s on the same model. Only one may live in a process at a
+    time: vLLM's shutdown tears down process-wide parallel state (a stage each in its own process).
+    """
+
+    def __init__(self, model_dir: str, options: SchedulerOptions, **engine_args: Any) -> None:
+        from vllm.engine.arg_utils import EngineArgs
+        from vllm.v1.engine.core import EngineCore
+        from vllm.v1.executor.abstract import Executor
+
+        args = EngineArgs(model=model_dir, dtype="float32", max_model_len=options.max_model_len, enforce_eager=True,
+                          max_num_seqs=options.max_num_seqs, seed=0, block_size=options.block_size,
+                          skip_tokenizer_init=True, disable_log_stats=True,
+                          enable_prefix_caching=options.enable_prefix_caching,
+                          max_num_batched_tokens=options.max_num_batched_tokens, **engine_args)  # fmt: skip
+        config = args.create_engine_config()
+        self.core = EngineCore(config, Executor.get_class(config), log_stats=False)
+        self.scheduler = cast(Scheduler, self.core.scheduler)
+        self.connector = None
+        self.block_hasher = self.core.request_block_hasher
+
+    def add_request(self, request: Request) -> None:
+        self.core.add_request(request)
+
+    def execute(self, so: SchedulerOutput) -> ModelRunnerOutput:
+        executor = self.core.model_executor
+        future = executor.execute_model(so, non_block=True)
+        grammar = self.scheduler.get_grammar_bitmask(so)
+        output = future.result()
+        if output is None:
+            output = executor.sample_tokens(grammar)
+        return output  # type: ignore[no-any-return]
+
+    def shutdown(self) -> None:
+        self.core.shutdown()  # type: ignore[no-untyped-call]

