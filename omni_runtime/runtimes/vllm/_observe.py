@@ -9,6 +9,7 @@ requests are an ``ObservedRequest``: ``status`` is a property whose setter tells
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable
 from typing import Any
 
@@ -21,17 +22,17 @@ StatusHook = Callable[[Request, RequestStatus | None, RequestStatus], None]
 class ObservedRequest(Request):
     """A vLLM ``Request`` whose every status assignment calls ``hook`` (also those inside ``__init__``)."""
 
+    __slots__ = ("_status",)  # a C-level member: the getter below reads it without a dict lookup
+
     def __init__(self, *args: Any, hook: StatusHook, plan: Any = None, **kwargs: Any) -> None:
         self._hook = hook
         self._status: RequestStatus | None = None
         self.plan = plan  #: what the stand-in model does for this request
         super().__init__(*args, **kwargs)
 
-    @property
-    def status(self) -> RequestStatus:
-        return self._status  # type: ignore[return-value]
-
-    @status.setter
-    def status(self, new: RequestStatus) -> None:
+    def _set_status(self, new: RequestStatus) -> None:
         old, self._status = self._status, new
         self._hook(self, old, new)
+
+    #: read through a C-level getter (the scheduler reads statuses far more often than it assigns them)
+    status = property(operator.attrgetter("_status"), _set_status)

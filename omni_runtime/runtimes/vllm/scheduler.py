@@ -15,6 +15,7 @@ the request's blocks. Requests vLLM's engine would reject (an empty prompt, one 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -63,13 +64,19 @@ MoveHook = Callable[[int, RequestStatus | None, RequestStatus], None]
 
 
 def reports_for_moves(moves: Moves) -> list[Said]:
+    """Return what one request's moves within one scheduler call say, in order (see ``_reports_for``)."""
+    return list(_reports_for(tuple(moves)))
+
+
+@functools.lru_cache(maxsize=4096)
+def _reports_for(moves: tuple[tuple[RequestStatus | None, RequestStatus], ...]) -> tuple[Said, ...]:
     """Return what one request's moves within one scheduler call say, in order.
 
     A move into a final status followed by a move out of it in the same call (a resumable
     request's turn ended and it resumed) is reported as the wait for the next input
     (``AWAIT_STREAMING``, then ``INPUT_READY`` when that input was already queued), not as an end.
     """
-    said: list[Said] = []
+    said: list[Said] = []  # memoised: a call's moves are a short sequence over a closed vocabulary
     for i, (old, new) in enumerate(moves):
         if RS.is_finished(new):
             if i + 1 == len(moves):
@@ -83,7 +90,7 @@ def reports_for_moves(moves: Moves) -> list[Said]:
                 said.append(S.INPUT_READY)
         else:
             said.append(_MOVE_REPORT[new])
-    return said
+    return tuple(said)
 
 
 class _Live:
@@ -292,13 +299,16 @@ class VllmSchedulerRuntime:
                 # a chunk (or, None, the end of the input) for the same request id: vLLM's streaming-input update
                 self.engine.add_request(self._request(live, chunk, chunk is not None))
 
-    def take_moves(self) -> dict[str, list[Said]]:
+    def take_moves(self) -> dict[str, tuple[Said, ...]]:
         """Return what the status assignments since the last call say, per vLLM request id (the observation)."""
-        log, self._log = self._log, []
+        log = self._log
+        if not log:
+            return {}
+        self._log = []
         moves: dict[str, list[tuple[RequestStatus | None, RequestStatus]]] = {}
         for request, old, new in log:
             moves.setdefault(request.request_id, []).append((old, new))
-        return {key: reports_for_moves(m) for key, m in moves.items()}
+        return {key: _reports_for(tuple(m)) for key, m in moves.items()}
 
     def _flush(self, engine_outputs: Any = None) -> None:
         """Report what the scheduler did since the last flush: each request's tokens, then its moves."""

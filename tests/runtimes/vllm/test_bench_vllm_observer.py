@@ -22,7 +22,8 @@ def test_the_bench_prints_counts_and_its_summary_line_last():
     lines = run.stdout.splitlines()
     assert LINE.fullmatch(lines[-1]), lines[-1]
     per_size = [line for line in lines if line.startswith("requests=")]
-    assert [line.split(":")[0] for line in per_size] == ["requests=8", "requests=16"]
+    assert [line.split(":")[0] for line in per_size] == ["requests=8 Scheduler", "requests=8 AsyncScheduler",
+                                                         "requests=16 Scheduler", "requests=16 AsyncScheduler"]
     # every observed cycle counted, and status assignments happened (churn): the hook was exercised
     assert all(" cycles=33 " in line and " hook_calls=0 " not in line for line in per_size), per_size
 
