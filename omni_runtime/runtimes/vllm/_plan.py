@@ -21,7 +21,8 @@ class RequestPlan:
     max_tokens: int = 8
     #: output index at which the stand-in model samples EOS (``None``: never)
     eos_at: int | None = None
-    #: (output index, token id): the stand-in samples this id, one of the request's ``stop_token_ids``
+    #: (output index, token id): the token is one of the request's ``stop_token_ids``; the stand-in samples it at that
+    #: index (a real model samples what it samples)
     stop_at: tuple[int, int] | None = None
     #: a structured-output request: its grammar compiles after this many runtime steps (``None``: no grammar)
     grammar_steps: int | None = None
@@ -35,6 +36,13 @@ class RequestPlan:
     stream: tuple[tuple[int, tuple[int, ...]], ...] = ()
     #: the session's end is signalled this many steps after the last chunk (``None``: with the last chunk)
     stream_end_after: int | None = None
+
+    def stand_in_only(self) -> list[str]:
+        """Return the fields set that only the stand-in model and its world act on (a real engine ignores them)."""
+        defaults = RequestPlan()
+        fields = ("eos_at", "grammar_steps", "grammar_fails", "kv_load_steps", "kv_load_fails", "kv_save_steps",
+                  "stream", "stream_end_after")  # fmt: skip
+        return [name for name in fields if getattr(self, name) != getattr(defaults, name)]
 
     @property
     def streaming(self) -> bool:

@@ -156,6 +156,9 @@ class VllmSchedulerRuntime:
             self._refused.append((req_id, problem))
             return
         plan = self._plans(self.spec, req_id, stage_input)
+        if isinstance(self.engine, CoreEngine) and plan.stand_in_only():
+            raise ValueError(f"request {req_id}: {', '.join(plan.stand_in_only())} describe the stand-in model and "
+                             f"its world; a real engine decides them itself")  # fmt: skip
         live = _Live(req_id, plan, self.steps)
         self._live[req_id] = live
         live.request = self._request(live, stage_input.token_ids, plan.streaming)
