@@ -56,7 +56,17 @@ class CoreEngine:
                           enable_prefix_caching=options.enable_prefix_caching,
                           max_num_batched_tokens=options.max_num_batched_tokens, **engine_args)  # fmt: skip
         config = args.create_engine_config()
-        self.core = EngineCore(config, Executor.get_class(config), log_stats=False)
+        self._take(EngineCore(config, Executor.get_class(config), log_stats=False))
+
+    @classmethod
+    def around(cls, core: Any) -> CoreEngine:
+        """Return a ``CoreEngine`` over an ``EngineCore`` made elsewhere (one engine, several users: benchmarks)."""
+        engine = cls.__new__(cls)
+        engine._take(core)
+        return engine
+
+    def _take(self, core: Any) -> None:
+        self.core = core
         self.scheduler = cast(Scheduler, self.core.scheduler)
         self.connector = None
         self.block_hasher = self.core.request_block_hasher
@@ -74,4 +84,4 @@ class CoreEngine:
         return output  # type: ignore[no-any-return]
 
     def shutdown(self) -> None:
-        self.core.shutdown()  # type: ignore[no-untyped-call]
+        self.core.shutdown()
