@@ -14,6 +14,7 @@ from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.outputs import ModelRunnerOutput
 from vllm.v1.request import Request
 
+from omni_fsm import ControlMethod
 from omni_runtime.runtimes.vllm._config import SchedulerOptions, block_hasher, build_scheduler
 from omni_runtime.runtimes.vllm._standin import OmniStandInConnector, StandInModel
 
@@ -33,6 +34,9 @@ class StandInEngine:
 
     def execute(self, so: SchedulerOutput) -> ModelRunnerOutput:
         return self.model.execute(so)
+
+    def control(self, method: ControlMethod) -> None:
+        """Nothing to do: the binding itself stops scheduling while paused or asleep."""
 
     def shutdown(self) -> None:
         self.scheduler.shutdown()
@@ -83,5 +87,29 @@ class CoreEngine:
             output = executor.sample_tokens(grammar)
         return output  # type: ignore[no-any-return]
 
+    def control(self, method: ControlMethod) -> None:
+        """Run a control RPC on the engine itself; raise ``SleepNotSupported`` for sleep on the CPU build.
+
+        A pause keeps the requests (``mode="keep"``: vLLM's default ``"abort"`` would end them without a
+        report the protocol has yet); sleep is refused before it reaches the engine, where the CPU build
+        ignores it but still preempts every running request.
+        """
+        if method is ControlMethod.PAUSE_SCHEDULER:
+            self.core.pause_scheduler(mode="keep", clear_cache=False)
+        elif method is ControlMethod.RESUME_SCHEDULER:
+            self.core.resume_scheduler()
+        elif method is ControlMethod.SLEEP and _cpu_build():
+            raise SleepNotSupported("vLLM's CPU build does not support sleep (the engine was not asked)")
+
     def shutdown(self) -> None:
         self.core.shutdown()
+
+
+class SleepNotSupported(RuntimeError):
+    """A control RPC the engine's build does not support, refused before it reached the engine."""
+
+
+def _cpu_build() -> bool:
+    from vllm.platforms import current_platform
+
+    return bool(current_platform.is_cpu())

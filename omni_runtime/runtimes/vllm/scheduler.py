@@ -183,11 +183,16 @@ class VllmSchedulerRuntime:
                 self._emit(rp.AbortResult(abort_id, req_id, True))
                 continue
             key = str(req_id)
-            self.scheduler.finish_requests(key, RS.FINISHED_ABORTED)
             assert live.request is not None
+            try:
+                self.scheduler.finish_requests(key, RS.FINISHED_ABORTED)
+                failure = None
+            except Exception as exc:  # judged below by the request's status, as if it had returned
+                failure = f"{type(exc).__name__}: {exc}"
             if live.request.status is not RS.FINISHED_ABORTED:
                 status = live.request.status.name
-                self._emit(rp.AbortResult(abort_id, req_id, False, f"the scheduler left the request {status}"))
+                why = failure or f"the scheduler left the request {status}"
+                self._emit(rp.AbortResult(abort_id, req_id, False, why))
                 continue
             del self._live[req_id]
             self._log = [m for m in self._log if m[0] is not live.request]
@@ -348,6 +353,11 @@ class VllmSchedulerRuntime:
         for call_id, method in self._rpcs:
             if self.rpc_fails:
                 self._emit(rp.RpcResult(call_id, False, f"WorkerError: {method.value} raised in a worker"))
+                continue
+            try:
+                self.engine.control(method)
+            except Exception as exc:  # the engine refused or failed it: nothing changed, the caller is told
+                self._emit(rp.RpcResult(call_id, False, f"{type(exc).__name__}: {exc}"))
                 continue
             if method in (ControlMethod.PAUSE_SCHEDULER, ControlMethod.SLEEP):
                 self._held.add(method)

@@ -149,6 +149,33 @@ def test_a_scheduler_that_keeps_an_aborted_request_gets_a_failed_abort():
     assert isinstance(of(reports, 1)[-1], rp.Finished)  # it ran on to its finish, as a failed abort says
 
 
+def test_an_abort_that_raises_leaves_the_request_as_it_was_and_a_retry_gives_the_same_prefix():
+    from vllm.v1.core.sched.scheduler import Scheduler
+
+    class RaisesOnce(Scheduler):
+        raised = False
+
+        def finish_requests(self, request_ids, finished_status):
+            if not RaisesOnce.raised:
+                RaisesOnce.raised = True
+                raise RuntimeError("abort failed in the engine core")
+            return super().finish_requests(request_ids, finished_status)
+
+    made, reports = runtime({1: RequestPlan(max_tokens=20)}, scheduler_cls=RaisesOnce)
+    made.add_request(1, StageInput((5, 6, 7)))
+    for _ in range(3):
+        made.step()
+    before = [t for r in of(reports, 1) if isinstance(r, rp.Output) for t in r.payload]
+    made.abort_requests(9, [1])
+    assert reports[-1] == rp.AbortResult(9, 1, False, "RuntimeError: abort failed in the engine core")
+    kept = made.scheduler.requests["1"]
+    assert kept.status is RS.RUNNING and list(kept.output_token_ids) == before
+    made.abort_requests(10, [1])  # the retry, at once: nothing was generated in between
+    assert reports[-1] == rp.AbortResult(10, 1, True)
+    run_idle(made)
+    assert [t for r in of(reports, 1) if isinstance(r, rp.Output) for t in r.payload] == before
+
+
 def test_a_streaming_session_reports_its_turns_as_waits_and_ends_once():
     plan = RequestPlan(max_tokens=2, stream=((3, (7, 8)),), stream_end_after=4)
     made, reports = runtime({1: plan})
