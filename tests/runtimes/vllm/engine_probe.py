@@ -4,6 +4,7 @@ vLLM's shutdown tears down process-wide state). ``python -m tests.runtimes.vllm.
 - ``llm``: ``vllm.LLM.generate`` (greedy, 8 tokens) on ``PROMPTS``: ``{"tokens": [[...]], "reasons": [...]}``.
 - ``runtime``: the same prompts through the orchestrator on ``VllmSchedulerRuntime(engine=CoreEngine(...))``.
 - ``abort``: one request aborted after its third token: ``{"streamed": [...], "prefix": [...], "reason": ...}``.
+- ``control``: sleep refused, pause and resume: ``{"sleep": error, "messages_while_paused": n, "after_resume": ...}``.
 """
 
 from __future__ import annotations
@@ -71,6 +72,29 @@ def abort(model: str) -> dict:
     return {"streamed": streamed, "prefix": list(terminal.data), "reason": terminal.reason}
 
 
+def control(model: str) -> dict:
+    """Sleep is refused before it reaches the engine; pause holds the request (no token) until resume."""
+    from omni_fsm import ControlMethod
+    from omni_runtime import Prompt
+    from omni_runtime.errors import RpcError
+
+    engine = _runtime(model)
+    try:
+        engine.control(ControlMethod.SLEEP)
+        slept = "no error"
+    except RpcError as exc:
+        slept = str(exc)
+    engine.control(ControlMethod.PAUSE_SCHEDULER)
+    rid = engine.submit(Prompt(tuple(PROMPTS[0]), max_tokens=4))
+    for _ in range(5):
+        engine.host.pump()
+    held = len(engine.host.mailboxes[rid])
+    engine.control(ControlMethod.RESUME_SCHEDULER)
+    end = list(engine.outputs(rid))[-1]
+    engine.shutdown()
+    return {"sleep": slept, "messages_while_paused": held, "after_resume": [end.reason, len(end.data)]}
+
+
 if __name__ == "__main__":
     mode, model = sys.argv[1], sys.argv[2]
-    print("RESULT " + json.dumps({"llm": llm, "runtime": runtime, "abort": abort}[mode](model)))
+    print("RESULT " + json.dumps({"llm": llm, "runtime": runtime, "abort": abort, "control": control}[mode](model)))

@@ -50,3 +50,10 @@ def test_an_abort_terminal_carries_exactly_the_tokens_generated_so_far(model):
     seen = probe("abort", model)
     assert seen["reason"] == "abort" and len(seen["streamed"]) >= 3
     assert seen["prefix"] == seen["streamed"]
+
+
+def test_sleep_is_refused_before_the_engine_and_pause_holds_until_resume(model):
+    seen = probe("control", model)
+    assert "SleepNotSupported: vLLM's CPU build does not support sleep" in seen["sleep"]
+    assert seen["messages_while_paused"] == 0
+    assert seen["after_resume"] == ["length", 8]
