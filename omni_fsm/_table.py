@@ -163,6 +163,8 @@ def request_rows() -> list[Row]:
     rows += _rows([S.WAITING_FOR_REMOTE_KVS], ev.Preempted, S.PREEMPTED, ("ar_stage",))
     for wait, parked in _PARK_WHILE_RUNNING:
         rows += _rows([S.RUNNING], wait, parked, ("ar_stage",))
+    # a preempted session whose in-flight tokens end its turn parks for its next input (vLLM's AsyncScheduler)
+    rows += _rows([S.PREEMPTED], ev.AwaitStreamingReq, S.WAITING_FOR_STREAMING_REQ, ("ar_stage", "slot_free"))
     rows += _rows(PARKED, ev.InputReady, S.WAITING)
     # outputs and finishes at the current stage
     rows += _rows(_OUTPUTS_FROM, ev.StageOutput, None, ("final_output_stage", "ar_stage"),

@@ -30,7 +30,7 @@ class ReqState(IdentityHashedEnum):
     WAITING = "waiting"  #: dispatched to the current stage, queued, holds no slot
     WAITING_FOR_GRAMMAR = "waiting_for_structured_output_grammar"  #: parked, holds no slot
     WAITING_FOR_REMOTE_KVS = "waiting_for_remote_kvs"  #: parked, holds no slot (its KV blocks are loading)
-    WAITING_FOR_STREAMING_REQ = "waiting_for_streaming_req"  #: parked between turns, holds no slot
+    WAITING_FOR_STREAMING_REQ = "waiting_for_streaming_req"  #: parked between turns, keeps its slot
     WAITING_FOR_CHUNK = "waiting_for_chunk"  #: vLLM-Omni async chunk: parked, holds no slot
     RUNNING = "running"  #: scheduled at the current stage, holds a slot
     PREEMPTED = "preempted"  #: AR only: evicted, back in the queue, holds no slot
@@ -64,7 +64,7 @@ TERMINAL: frozenset[ReqState] = frozenset(
 )
 #: Every state that is not terminal.
 LIVE: frozenset[ReqState] = frozenset(ReqState) - TERMINAL
-#: Parked sub-states: waiting for something outside the scheduler (bound to the stage, holding no slot).
+#: Parked sub-states: waiting for something outside the scheduler (bound to the stage).
 PARKED: frozenset[ReqState] = frozenset(
     {
         ReqState.WAITING_FOR_GRAMMAR,
@@ -73,10 +73,11 @@ PARKED: frozenset[ReqState] = frozenset(
         ReqState.WAITING_FOR_CHUNK,
     }
 )
-#: States that occupy one of the current stage's running slots: running only. As upstream vLLM counts
-#: ``max_num_seqs``, a parked request holds no running slot (counting it was B4, vllm#53130: once running +
-#: parked reached the cap, nothing was admitted again); vLLM parks any number of requests.
-HOLDS_SLOT: frozenset[ReqState] = frozenset({ReqState.RUNNING})
+#: States that occupy one of the current stage's running slots, as vLLM counts ``max_num_seqs``: running, and a
+#: streaming-input session parked between turns (it keeps its model-runner slot). A request waiting for its
+#: grammar, its remote KVs or an input chunk holds none: vLLM parks any number of them, and counting them was
+#: B4 (vllm#53130: once running + parked reached the cap, nothing was admitted again).
+HOLDS_SLOT: frozenset[ReqState] = frozenset({ReqState.RUNNING, ReqState.WAITING_FOR_STREAMING_REQ})
 #: States in which the request is bound to (dispatched at) its current stage.
 BOUND: frozenset[ReqState] = PARKED | {ReqState.RUNNING, ReqState.WAITING, ReqState.PREEMPTED}
 

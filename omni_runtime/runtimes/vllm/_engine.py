@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any, cast
 
+from vllm.v1.core.sched.interface import PauseState
 from vllm.v1.core.sched.output import SchedulerOutput
 from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.outputs import ModelRunnerOutput
@@ -28,6 +29,7 @@ class StandInEngine:
         self.connector = connector if isinstance(connector, OmniStandInConnector) else None
         self.model = StandInModel(self.scheduler.requests, self.connector)
         self.block_hasher = block_hasher(options.block_size)
+        self._held: set[ControlMethod] = set()
 
     def add_request(self, request: Request) -> None:
         self.scheduler.add_request(request)
@@ -36,7 +38,13 @@ class StandInEngine:
         return self.model.execute(so)
 
     def control(self, method: ControlMethod) -> None:
-        """Nothing to do: the binding itself stops scheduling while paused or asleep."""
+        """Pause (or sleep): vLLM's scheduler schedules no tokens until resume (or wake); transfers go on."""
+        if method in (ControlMethod.PAUSE_SCHEDULER, ControlMethod.SLEEP):
+            self._held.add(method)
+        else:
+            undone = ControlMethod.SLEEP if method is ControlMethod.WAKE_UP else ControlMethod.PAUSE_SCHEDULER
+            self._held.discard(undone)
+        self.scheduler.set_pause_state(PauseState.PAUSED_ALL if self._held else PauseState.UNPAUSED)
 
     def shutdown(self) -> None:
         self.scheduler.shutdown()

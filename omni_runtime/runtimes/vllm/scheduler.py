@@ -45,19 +45,20 @@ _MOVE_REPORT: dict[RequestStatus, rp.Status] = {
     RS.WAITING_FOR_STREAMING_REQ: S.AWAIT_STREAMING,
 }
 #: a final status -> how the request ended at this stage (``None``: it failed). ``FINISHED_ABORTED`` that the
-#: binding did not ask for is vLLM ending a parked streaming-input session when its input ended: its last turn
-#: ended with a stop.
+#: binding did not ask for is vLLM ending a parked streaming-input session when its input ended (``SESSION_END``):
+#: the session ends as its last turn did.
 _END: dict[RequestStatus, StopKind | None] = {
     RS.FINISHED_STOPPED: StopKind.STOP,
     RS.FINISHED_LENGTH_CAPPED: StopKind.LENGTH,
     RS.FINISHED_REPETITION: StopKind.REPETITION,
     RS.FINISHED_IGNORED: StopKind.IGNORED,
-    RS.FINISHED_ABORTED: StopKind.STOP,
     RS.FINISHED_ERROR: None,
 }
+SESSION_END = "session_end"
 #: one request's status moves within one scheduler call: (old or ``None`` at creation, new)
 Moves = Sequence[tuple[RequestStatus | None, RequestStatus]]
-#: what one request's moves are reported as: a ``Status``, or the end (``StopKind``, or ``None``: failed)
+#: what one request's moves say: a ``Status`` to report; ``("end", StopKind or None: failed)``; ``(SESSION_END,
+#: None)``; or ``("turn", StopKind)``, a streaming-input turn that ended (not reported: the session goes on)
 Said = rp.Status | tuple[str, StopKind | None]
 #: observers of raw moves: (request id, old, new), called as each assignment happens
 MoveHook = Callable[[int, RequestStatus | None, RequestStatus], None]
@@ -79,7 +80,11 @@ def _reports_for(moves: tuple[tuple[RequestStatus | None, RequestStatus], ...]) 
     said: list[Said] = []  # memoised: a call's moves are a short sequence over a closed vocabulary
     for i, (old, new) in enumerate(moves):
         if RS.is_finished(new):
-            if i + 1 == len(moves):
+            if i + 1 < len(moves):
+                said.append(("turn", _END.get(new)))
+            elif new is RS.FINISHED_ABORTED:
+                said.append((SESSION_END, None))
+            else:
                 said.append(("end", _END[new]))
         elif old is not None and RS.is_finished(old):
             said.append(S.AWAIT_STREAMING)
@@ -96,10 +101,11 @@ def _reports_for(moves: tuple[tuple[RequestStatus | None, RequestStatus], ...]) 
 class _Live:
     """The binding's view of one request it accepted and has not ended."""
 
-    __slots__ = ("added_at", "grammar", "plan", "req_id", "request", "seq", "stream_left")
+    __slots__ = ("added_at", "grammar", "plan", "req_id", "request", "seq", "stream_left", "turn_end")
 
     def __init__(self, req_id: int, plan: RequestPlan, added_at: int) -> None:
         self.req_id, self.plan, self.added_at, self.seq = req_id, plan, added_at, 0
+        self.turn_end: StopKind | None = StopKind.STOP  #: how its last streaming-input turn ended
         self.request: Request | None = None
         self.grammar: Any = None  #: the grammar compilation in flight
         #: the streamed input still to send: (step it arrives, chunk; ``None``: the end of the session)
@@ -133,7 +139,8 @@ class VllmSchedulerRuntime:
         self._live: dict[int, _Live] = {}
         self._log: list[tuple[Request, RequestStatus | None, RequestStatus]] = []
         self._refused: list[tuple[int, str]] = []
-        self._deferred: dict[str, tuple[int, int]] = {}  #: vLLM id -> (abort id, req id): answer when released
+        #: vLLM id -> (abort id, req id) of the aborts owed once vLLM let go of the request (a KV transfer held it)
+        self._deferred: dict[str, list[tuple[int, int]]] = {}
         self._rpcs: list[tuple[int, ControlMethod]] = []
         self._held: set[ControlMethod] = set()  #: PAUSE_SCHEDULER and SLEEP in effect
         self._in_flight: list[tuple[Any, Any]] = []  #: asynchronous scheduling: batches scheduled, output not applied
@@ -178,11 +185,14 @@ class VllmSchedulerRuntime:
         self._flush()
         for req_id in req_ids:
             live = self._live.get(req_id)
+            key = str(req_id)
+            if live is None and key in self._deferred:  # an abort already waits for its blocks: so does this one
+                self._deferred[key].append((abort_id, req_id))
+                continue
             if live is None:  # ended (or refused, or never accepted): it is gone
                 self._refused = [(r, why) for r, why in self._refused if r != req_id]
                 self._emit(rp.AbortResult(abort_id, req_id, True))
                 continue
-            key = str(req_id)
             assert live.request is not None
             try:
                 self.scheduler.finish_requests(key, RS.FINISHED_ABORTED)
@@ -196,8 +206,8 @@ class VllmSchedulerRuntime:
                 continue
             del self._live[req_id]
             self._log = [m for m in self._log if m[0] is not live.request]
-            if self.connector is not None and self.connector.holds(key):
-                self._deferred[key] = (abort_id, req_id)
+            if key in self.scheduler.requests:  # vLLM keeps it (and its blocks) until a KV transfer lets go
+                self._deferred[key] = [(abort_id, req_id)]
             else:
                 self._emit(rp.AbortResult(abort_id, req_id, True))
 
@@ -217,7 +227,7 @@ class VllmSchedulerRuntime:
         self._flush()
         if self.options.async_scheduling:
             self._step_async()
-        elif not self._held and self._wants_batch():
+        elif self._may_step() and self._wants_batch():
             so = self.scheduler.schedule()
             self._flush()
             self._update(so, self.engine.execute(so))
@@ -226,7 +236,7 @@ class VllmSchedulerRuntime:
     def _step_async(self) -> None:
         """One step as ``EngineCore.step_with_batch_queue`` takes it: schedule the next batch before the last one's
         output is applied, while fewer than two are in flight; else apply the oldest batch's output."""
-        if not self._held and self._wants_batch():
+        if self._may_step() and self._wants_batch():
             so = self.scheduler.schedule()
             self._flush()
             self._in_flight.append((so, self.engine.execute(so)))  # the batch runs now; its output is applied later
@@ -288,10 +298,15 @@ class VllmSchedulerRuntime:
         if self.on_move is not None:
             self.on_move(int(request.request_id), old, new)
 
+    def _may_step(self) -> bool:
+        """Return whether to step vLLM: not while paused or asleep, unless a KV transfer must go on (vLLM's engine
+        keeps stepping a paused scheduler, which then schedules no tokens, while requests are held)."""
+        return not self._held or (self.connector is not None and bool(self.connector.loading or self.connector.saving))
+
     def _wants_batch(self) -> bool:
         """Return whether a batch is worth scheduling: requests (or finished ones to clear), or KV transfers."""
         transfers = self.connector is not None and bool(self.connector.loading or self.connector.saving)
-        return self.scheduler.has_requests() or transfers
+        return self.scheduler.has_requests() or transfers or bool(self._deferred)
 
     def _has_work(self) -> bool:
         return self._wants_batch() or bool(self._in_flight)
@@ -321,6 +336,7 @@ class VllmSchedulerRuntime:
     def _flush(self, engine_outputs: Any = None) -> None:
         """Report what the scheduler did since the last flush: each request's tokens, then its moves."""
         said_by_request = self.take_moves()
+        turned: list[_Live] = []
         tokens: dict[str, list[int]] = {}
         for outputs in (engine_outputs or {}).values():
             for o in outputs.outputs:
@@ -336,17 +352,36 @@ class VllmSchedulerRuntime:
                 if isinstance(said, rp.Status):
                     self._report(live, rp.StatusChanged, said)
                     continue
-                stop = said[1]
+                what, stop = said
+                if what == "turn":
+                    live.turn_end = stop
+                    turned.append(live)
+                    continue
+                if what == SESSION_END:
+                    stop = live.turn_end
                 if stop is None:
-                    self._report(live, rp.Failed, f"vLLM finished the request {live.request.status.name}")  # type: ignore[union-attr]
+                    assert live.request is not None
+                    self._report(live, rp.Failed, f"vLLM finished the request {live.request.status.name}")
                 else:
                     self._report(live, rp.Finished, stop)
                 del self._live[live.req_id]
+        for live in turned:
+            self._end_if_lost(live)
+
+    def _end_if_lost(self, live: _Live) -> None:
+        """End a session vLLM resumed but no longer schedules: vLLM 0.32 drops a session that stopped while
+        preempted from its queues right after resuming it (``update_from_output``, stopped preempted requests), so
+        it would wait for ever. It ends with an error, as vLLM's own status then says."""
+        request, scheduler = live.request, self.scheduler
+        if request is None or live.req_id not in self._live or RS.is_finished(request.status):
+            return
+        if request in scheduler.running or request in scheduler.waiting or request in scheduler.kv_holding_waiting:
+            return
+        scheduler.finish_requests(request.request_id, RS.FINISHED_ERROR)
 
     def _release_deferred(self) -> None:
-        for key, (abort_id, req_id) in list(self._deferred.items()):
-            if self.connector is None or not self.connector.holds(key):
-                del self._deferred[key]
+        for key in [k for k in self._deferred if k not in self.scheduler.requests]:
+            for abort_id, req_id in self._deferred.pop(key):
                 self._emit(rp.AbortResult(abort_id, req_id, True))
 
     def _answer_rpcs(self) -> None:

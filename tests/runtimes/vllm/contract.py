@@ -26,6 +26,7 @@ from omni_fsm.invariants import Monitor
 from omni_fsm.invariants import upstream as up
 from omni_runtime import Prompt, simple_pipeline
 from omni_runtime.commands import ClientMessage
+from omni_runtime.protocol import AbortResult
 from omni_runtime.runtimes.vllm import RequestPlan, SchedulerOptions, VllmSchedulerRuntime
 from omni_runtime.sync import Engine
 
@@ -61,6 +62,7 @@ class Setup:
     prefix_caching: bool = False
     connector: bool = False
     async_scheduling: bool = False  #: vLLM's ``AsyncScheduler``, step N+1 scheduled before step N's output applied
+    block_size: int = 16
 
 
 Op = Add | Step | Abort | AbortWaiting
@@ -108,10 +110,34 @@ def programs() -> st.SearchStrategy[list[Op]]:
     return st.lists(ops(), min_size=1, max_size=30)
 
 
-def setups(async_scheduling: bool = False) -> st.SearchStrategy[Setup]:
+def pressure_programs() -> st.SearchStrategy[list[Op]]:
+    """Return a strategy for programs under KV pressure (with ``PRESSURE``): 2-4 requests of 28-32 prompt tokens
+    growing by 8 to 10, on a cache that holds their prompts but not all their growth, so running requests are
+    preempted; aborts and steps between, every behaviour of a plan possible."""
+    # no streaming sessions here: vLLM keeps a parked session's KV blocks, and two of them on this cache can wait
+    # for ever for a block to take their next chunk (seen on vLLM 0.32; docs/vllm.md)
+    long = plans().map(lambda plan: attrs.evolve(plan, max_tokens=max(plan.max_tokens, 8), stream=(),
+                                                 stream_end_after=None))  # fmt: skip
+    add = st.builds(Add, long, st.integers(28, 32), st.booleans())
+    rest = st.lists(st.one_of(st.builds(Step, st.integers(1, 4)), st.builds(Abort, st.integers(0, 15)),
+                              st.just(AbortWaiting())), max_size=6)  # fmt: skip
+    return st.tuples(st.lists(add, min_size=2, max_size=4), rest).map(lambda pair: [*pair[0], Step(2), *pair[1]])
+
+
+#: the cache ``pressure_programs`` run on: 5 blocks of 16 tokens (one request's longest sequence fits in it)
+PRESSURE = (16, 6)
+#: (block size, blocks): an ample cache, and tight ones. With 4-token blocks a decode step often needs a new block,
+#: so requests are preempted; 22 blocks still hold the longest request a program makes (40 prompt tokens, two
+#: chunks of at most 4, three turns of at most 10 tokens: 20 blocks)
+CACHES = ((16, 64), (16, 10), (4, 22), (4, 26))
+
+
+def setups(async_scheduling: bool = False, caches: tuple[tuple[int, int], ...] = CACHES,
+           fewest_seqs: int = 1) -> st.SearchStrategy[Setup]:  # fmt: skip
     """Return a strategy for the scheduler's settings: tight or ample KV cache, prefix caching, the connector."""
-    return st.builds(Setup, st.integers(1, 4), st.sampled_from([8, 10, 64]), st.booleans(), st.booleans(),
-                     st.just(async_scheduling))  # fmt: skip
+    return st.sampled_from(caches).flatmap(lambda cache: st.builds(
+        Setup, st.integers(fewest_seqs, 4), st.just(cache[1]), st.booleans(), st.booleans(), st.just(async_scheduling),
+        st.just(cache[0])))  # fmt: skip
 
 
 # -- the runner ----------------------------------------------------------------------------------------------
@@ -131,11 +157,14 @@ class _Run:
         base = AsyncScheduler if setup.async_scheduling else Scheduler
         scheduler_cls = None if fault is None else type(f"{fault.__name__}{base.__name__}", (fault, base), {})
         options = SchedulerOptions(max_num_seqs=setup.max_num_seqs, num_blocks=setup.num_blocks,
-                                   enable_prefix_caching=setup.prefix_caching, kv_connector=setup.connector,
+                                   block_size=setup.block_size, enable_prefix_caching=setup.prefix_caching,
+                                   kv_connector=setup.connector,
                                    async_scheduling=setup.async_scheduling, scheduler_cls=scheduler_cls)  # fmt: skip
         self.queue: list[RequestPlan] = []
         self.plans: dict[int, RequestPlan] = {}
         self.runtime = VllmSchedulerRuntime(self.pipeline.stages[0], options, plans=self._plan, on_move=self._moved)
+        bind = self.runtime.bind
+        self.runtime.bind = lambda sink: bind(self._judged(sink))  # type: ignore[method-assign]
         self.monitor = Monitor(self.pipeline.kinds, self.pipeline.final, self.pipeline.slots)
         self.engine = Engine(self.pipeline, [[self.runtime]], on_step=self._stepped)
         scheduler = self.runtime.scheduler
@@ -159,6 +188,18 @@ class _Run:
             what = "resumable " if resumable else ""
             self.broken.append(f"AR-INV-001 {what}request {req_id}: {old} -> {new} is not an upstream vLLM move")
         seen.append((old, new))
+
+    def _judged(self, sink: Any) -> Any:
+        """Return ``sink`` behind a judge of the runtime's abort answers: ``ok`` only once vLLM let go of the request
+        (it no longer tracks it, so no KV block of it is held)."""
+
+        def judged(report: Any) -> None:
+            if isinstance(report, AbortResult) and report.ok and str(report.req_id) in self.runtime.scheduler.requests:
+                self.broken.append(f"ORCH-INV-202 request {report.req_id}: abort answered ok while vLLM still holds "
+                                   f"it ({self.runtime.scheduler.requests[str(report.req_id)].status})")  # fmt: skip
+            sink(report)
+
+        return judged
 
     def _updated(self, so: Any, out: Any) -> Any:
         """vLLM's ``update_from_output``, its outputs judged: no token for a request after vLLM aborted it (with
@@ -252,13 +293,15 @@ class _Run:
             self.broken.append(f"reason: request {rid} ended {got!r}, vLLM says {want!r} ({self._path(rid)})")
 
     def _expected_reason(self, rid: int) -> str:
-        """The reason vLLM's own map gives the request's final status (an abort it was not asked for: the end of
-        a streaming-input session, whose last turn stopped); a request vLLM never saw was refused (error)."""
+        """The reason vLLM's own map gives the request's final status; for an abort nobody asked for (vLLM ending a
+        streaming-input session whose input ended), the reason of the session's last turn, as vLLM's output of that
+        turn carried it; a request vLLM never saw was refused (error)."""
         final = self._vllm_status(rid)
         if final is None:
             return "error"
         if final is RS.FINISHED_ABORTED and rid not in self.aborted:
-            return "stop"
+            turns = [new for _, new in self.moves[rid] if new in up_turn_ends()]
+            final = turns[-1] if turns else final
         reason = RS.get_finished_reason(final)
         return str(reason) if reason is not None else f"(unfinished: {final})"
 
@@ -267,6 +310,11 @@ class _Run:
         ends = [i for i, (_, new) in enumerate(seen) if new is RS.FINISHED_ABORTED]
         if ends and ends[0] + 1 < len(seen):
             self.broken.append(f"ORCH-INV-209 request {rid}: vLLM moved it after its abort: {self._path(rid)}")
+
+
+def up_turn_ends() -> set[RS]:
+    """vLLM's statuses a turn of a streaming-input session can end in (as the upstream encoding names them)."""
+    return {RS[name] for name in up.TURN_ENDS}
 
 
 def run_program(program: Sequence[Op], setup: Setup = Setup(), fault: type | None = None) -> list[str]:

@@ -52,8 +52,12 @@ def of(reports: list[rp.Report], rid: int) -> list[rp.Report]:
     ([(RS.RUNNING, RS.FINISHED_LENGTH_CAPPED)], [("end", StopKind.LENGTH)]),
     ([(RS.RUNNING, RS.FINISHED_ERROR)], [("end", None)]),
     # a resumable request's turn ends and it resumes within the call: a wait for input, never an end
-    ([(RS.RUNNING, RS.FINISHED_STOPPED), (RS.FINISHED_STOPPED, RS.WAITING_FOR_STREAMING_REQ)], [S.AWAIT_STREAMING]),
-    ([(RS.RUNNING, RS.FINISHED_STOPPED), (RS.FINISHED_STOPPED, RS.WAITING)], [S.AWAIT_STREAMING, S.INPUT_READY]),
+    ([(RS.RUNNING, RS.FINISHED_STOPPED), (RS.FINISHED_STOPPED, RS.WAITING_FOR_STREAMING_REQ)],
+     [("turn", StopKind.STOP), S.AWAIT_STREAMING]),
+    ([(RS.RUNNING, RS.FINISHED_LENGTH_CAPPED), (RS.FINISHED_LENGTH_CAPPED, RS.WAITING)],
+     [("turn", StopKind.LENGTH), S.AWAIT_STREAMING, S.INPUT_READY]),
+    # vLLM ends a parked session whose input ended (an abort the binding did not ask for): as its last turn ended
+    ([(RS.WAITING_FOR_STREAMING_REQ, RS.FINISHED_ABORTED)], [("session_end", None)]),
 ])  # fmt: skip
 def test_moves_within_one_call_say(moves, said):
     assert reports_for_moves(moves) == said
@@ -124,6 +128,33 @@ def test_an_abort_during_a_remote_kv_load_is_answered_once_the_connector_lets_go
     assert made.blocks()[0] == made.blocks()[1] and not made.scheduler.requests
 
 
+@pytest.mark.parametrize("async_scheduling", [False, True])
+def test_an_abort_during_a_load_is_answered_while_the_scheduler_is_paused(async_scheduling):
+    made, reports = runtime({1: RequestPlan(max_tokens=4, kv_load_steps=2)}, kv_connector=True,
+                            async_scheduling=async_scheduling)  # fmt: skip
+    made.add_request(1, StageInput(tuple(range(4, 40))))
+    made.step()
+    made.control(5, ControlMethod.PAUSE_SCHEDULER, 1, frozenset())
+    made.step()
+    made.abort_requests(9, [1])
+    for _ in range(10):  # paused: nothing is scheduled, but the load goes on and lets the blocks go
+        made.step()
+    assert rp.AbortResult(9, 1, True) in reports
+    assert made.blocks()[0] == made.blocks()[1] and not made.scheduler.requests
+
+
+def test_a_second_abort_of_a_request_whose_abort_waits_is_answered_with_it():
+    made, reports = runtime({1: RequestPlan(max_tokens=4, kv_load_steps=3)}, kv_connector=True)
+    made.add_request(1, StageInput(tuple(range(4, 40))))
+    made.step()
+    made.abort_requests(9, [1])
+    made.abort_requests(10, [1])
+    assert not [r for r in reports if isinstance(r, rp.AbortResult)]
+    run_idle(made)
+    assert [r for r in reports if isinstance(r, rp.AbortResult)] == [rp.AbortResult(9, 1, True),
+                                                                      rp.AbortResult(10, 1, True)]
+
+
 def test_an_abort_of_an_ended_or_unknown_request_says_it_is_gone():
     made, reports = runtime()
     made.add_request(1, StageInput((5,)))
@@ -184,7 +215,8 @@ def test_a_streaming_session_reports_its_turns_as_waits_and_ends_once():
     mine = of(reports, 1)
     statuses = [r.status for r in mine if isinstance(r, rp.StatusChanged)]
     assert statuses.count(S.AWAIT_STREAMING) == 2 and statuses.count(S.INPUT_READY) == 1
-    assert [type(r) for r in mine].count(rp.Finished) == 1 and mine[-1].stop is StopKind.STOP
+    # each turn ended by length (2 tokens, no EOS); the session, ended by its input, ends as its last turn did
+    assert [type(r) for r in mine].count(rp.Finished) == 1 and mine[-1].stop is StopKind.LENGTH
     assert made.blocks()[0] == made.blocks()[1]
 
 

@@ -29,12 +29,14 @@ from omni_fsm.invariants import upstream as up  # noqa: E402
 from omni_runtime.runtimes.vllm import RequestPlan  # noqa: E402
 from tests.runtimes.vllm import faulty_schedulers as faulty  # noqa: E402
 from tests.runtimes.vllm.contract import (  # noqa: E402
+    PRESSURE,
     Abort,
     AbortWaiting,
     Add,
     Setup,
     Step,
     execute,
+    pressure_programs,
     programs,
     run_program,
     setups,
@@ -68,9 +70,16 @@ PREEMPTION = ([Add(RequestPlan(max_tokens=10), 30), Add(RequestPlan(max_tokens=1
 #: it (PREEMPTED -> FINISHED_STOPPED, an output while preempted)
 STOP_IN_FLIGHT = ([Add(RequestPlan(max_tokens=6, eos_at=2), 30), Add(RequestPlan(max_tokens=6, eos_at=2), 30), Step(8)],
                   Setup(max_num_seqs=2, num_blocks=5))  # fmt: skip
-FIXED = {"stop_in_flight": STOP_IN_FLIGHT, "preempt_and_reload": PREEMPT_AND_RELOAD, "streamed_turns": STREAMED_TURNS,
-         "grammars": GRAMMARS,
-         "abort_during_load": ABORT_DURING_LOAD, "abort_running": ABORT_RUNNING, "preemption": PREEMPTION}  # fmt: skip
+#: asynchronous scheduling: a streaming-input session preempted with a batch in flight stops its turn on that batch's
+#: token and resumes (PREEMPTED -> FINISHED_STOPPED -> WAITING); vLLM 0.32 then drops it from its queues, and the
+#: binding ends it with an error instead of waiting for ever
+SESSION_STOPS_IN_FLIGHT = ([Add(RequestPlan(max_tokens=6, eos_at=2, stream=((1, (7, 8)),), stream_end_after=2), 30)] * 2
+                           + [Step(40)], Setup(max_num_seqs=2, num_blocks=6))  # fmt: skip
+FIXED = {
+    "session_stops_in_flight": SESSION_STOPS_IN_FLIGHT, "stop_in_flight": STOP_IN_FLIGHT,
+    "preempt_and_reload": PREEMPT_AND_RELOAD, "streamed_turns": STREAMED_TURNS, "grammars": GRAMMARS,
+    "abort_during_load": ABORT_DURING_LOAD, "abort_running": ABORT_RUNNING, "preemption": PREEMPTION,
+}
 
 
 SCHEDULERS = {"Scheduler": False, "AsyncScheduler": True}
@@ -104,8 +113,9 @@ def test_the_fixed_paths_reach_the_moves_the_old_encoding_lacked(scheduler):
     assert {("FINISHED_STOPPED", "WAITING"), ("FINISHED_LENGTH_CAPPED", "WAITING_FOR_STREAMING_REQ")} <= seen
     assert {("WAITING_FOR_STREAMING_REQ", "FINISHED_ABORTED"), ("WAITING_FOR_REMOTE_KVS", "FINISHED_ABORTED")} <= seen
     assert ("RUNNING", "PREEMPTED") in seen and ("PREEMPTED", "RUNNING") in seen
-    if SCHEDULERS[scheduler]:
-        assert ("PREEMPTED", "FINISHED_STOPPED") in seen  # only the asynchronous path makes it
+    if SCHEDULERS[scheduler]:  # only the asynchronous path makes these
+        assert ("PREEMPTED", "FINISHED_STOPPED") in seen
+        assert ("FINISHED_STOPPED", "WAITING") in seen and ("WAITING", "FINISHED_ERROR") in seen  # the lost session
 
 
 def contract_test(scheduler: str, fault: type | None = None, phases=tuple(Phase)):
@@ -123,6 +133,7 @@ def contract_test(scheduler: str, fault: type | None = None, phases=tuple(Phase)
     @example(**fixed(ABORT_RUNNING))
     @example(**fixed(PREEMPTION))
     @example(**fixed(STOP_IN_FLIGHT))
+    @example(**fixed(SESSION_STOPS_IN_FLIGHT))
     def check(program, setup):
         broken = run_program(program, setup, fault)
         assert broken == [], "\n".join(broken)
@@ -133,6 +144,28 @@ def contract_test(scheduler: str, fault: type | None = None, phases=tuple(Phase)
 @pytest.mark.parametrize("scheduler", SCHEDULERS)
 def test_vllm_scheduler_follows_the_upstream_contract(scheduler):
     contract_test(scheduler)()
+
+
+def pressure_test(scheduler: str, seen: list | None = None):
+    """Return the contract test under KV pressure on ``scheduler`` (``seen``: each run's moves are added to it)."""
+
+    @settings(max_examples=40, database=None, derandomize=True)
+    @given(program=pressure_programs(), setup=setups(SCHEDULERS[scheduler], (PRESSURE,), fewest_seqs=2))
+    def check(program, setup):
+        run = execute(program, setup)
+        if seen is not None:
+            seen.append({(str(o), str(n)) for moves in run.moves.values() for o, n in moves})
+        assert run.broken == [], "\n".join(run.broken)
+
+    return check
+
+
+@pytest.mark.parametrize("scheduler", SCHEDULERS)
+def test_vllm_scheduler_follows_the_upstream_contract_under_kv_pressure(scheduler):
+    seen: list[set[tuple[str, str]]] = []
+    pressure_test(scheduler, seen)()
+    preempting = sum(("RUNNING", "PREEMPTED") in moves for moves in seen)
+    assert preempting >= len(seen) // 5, f"only {preempting} of {len(seen)} programs preempted a request"
 
 
 # -- faulty schedulers: each caught by a fixed example, by the rule it breaks -------------------------------
