@@ -11,7 +11,7 @@ from omni_runtime.pipeline import StageSpec
 from omni_runtime.runtimes.vllm._config import SchedulerOptions, build_scheduler
 from omni_runtime.runtimes.vllm._plan import RequestPlan, plan_for
 from omni_runtime.runtimes.vllm.scheduler import VllmSchedulerRuntime, reports_for_moves
-from omni_runtime.runtimes.vllm.tiny import write_tiny_llama_config
+from omni_runtime.runtimes.vllm.tiny import build_tiny_llama, write_tiny_llama_config
 
 
 def scheduler_factory(spec: StageSpec, stage: int, replica: int, rpc_fails: bool = False) -> VllmSchedulerRuntime:
@@ -21,5 +21,18 @@ def scheduler_factory(spec: StageSpec, stage: int, replica: int, rpc_fails: bool
     return VllmSchedulerRuntime(spec, options, seed=stage * 31 + replica, rpc_fails=rpc_fails)
 
 
-__all__ = ["RequestPlan", "SchedulerOptions", "VllmSchedulerRuntime", "build_scheduler", "plan_for",
-           "reports_for_moves", "scheduler_factory", "write_tiny_llama_config"]  # fmt: skip
+def engine_factory(spec: StageSpec, stage: int, replica: int, model_dir: str) -> VllmSchedulerRuntime:
+    """Return a replica on a real in-process ``EngineCore`` over ``model_dir`` (greedy; each request's
+    ``max_tokens`` from its stage input, else the stage's). One per process: run each stage in a ``ProcessRuntime``
+    (``ProcessRuntime("omni_runtime.runtimes.vllm:engine_factory", spec, stage, replica, model_dir)``)."""
+    from omni_runtime.runtimes.vllm._engine import CoreEngine
+
+    options = SchedulerOptions(max_num_seqs=spec.max_running, block_size=32, max_model_len=256,
+                               max_num_batched_tokens=256)  # fmt: skip
+    return VllmSchedulerRuntime(spec, options, engine=CoreEngine(model_dir, options),
+                                plans=lambda s, rid, given: RequestPlan(max_tokens=given.max_tokens or s.max_tokens))
+
+
+__all__ = ["RequestPlan", "SchedulerOptions", "VllmSchedulerRuntime", "build_scheduler", "build_tiny_llama",
+           "engine_factory", "plan_for", "reports_for_moves", "scheduler_factory",
+           "write_tiny_llama_config"]  # fmt: skip
