@@ -115,7 +115,9 @@ def test_the_fixed_paths_reach_the_moves_the_old_encoding_lacked(scheduler):
     assert ("RUNNING", "PREEMPTED") in seen and ("PREEMPTED", "RUNNING") in seen
     if SCHEDULERS[scheduler]:  # only the asynchronous path makes these
         assert ("PREEMPTED", "FINISHED_STOPPED") in seen
-        assert ("FINISHED_STOPPED", "WAITING") in seen and ("WAITING", "FINISHED_ERROR") in seen  # the lost session
+        assert ("FINISHED_STOPPED", "WAITING") in seen  # the session stopped while preempted resumes
+        # vLLM 0.32 then drops it from its queues (the binding ends it with an error); 0.33 schedules it on
+        assert (("WAITING", "FINISHED_ERROR") in seen) == vllm.__version__.startswith("0.32.")
 
 
 def contract_test(scheduler: str, fault: type | None = None, phases=tuple(Phase)):
