@@ -52,6 +52,7 @@ bench: $(STAMP)
 
 bench-vllm: $(VLLM_STAMP)
 	$(BIN)/python bench/vllm_observer.py
+	$(BIN)/python bench/vllm_e2e.py
 
 # The GPU build of vLLM (9.4 GB, not part of `make test`) in a venv of its own: its schedulers run on the CPU
 # (VLLM_TARGET_DEVICE=cpu; it cannot run a model here). The scheduler-level tests on both schedulers, then the
