@@ -92,10 +92,6 @@ class OmniStandInConnector(KVConnectorBase_V1):
         self.saving: dict[str, int] = {}  #: request id -> steps left
         self._loads_started: set[tuple[str, int]] = set()  #: (request id, its preemptions) whose load began
 
-    def holds(self, request_id: str) -> bool:
-        """Return whether a transfer still holds ``request_id``'s blocks."""
-        return request_id in self.loading or request_id in self.saving
-
     def get_num_new_matched_tokens(self, request: Request, num_computed_tokens: int) -> tuple[int | None, bool]:
         plan = getattr(request, "plan", None)
         key = (request.request_id, request.num_preemptions)
