@@ -27,6 +27,7 @@ from omni_runtime.errors import ConfigError, EngineNotRunning, OmniRuntimeError,
 from omni_runtime.host import Host, Listener
 from omni_runtime.orchestrator import StepHook
 from omni_runtime.pipeline import Pipeline, require_pipeline
+from omni_runtime.runtime_names import runtime
 
 EVENT, POLL = "event", "poll"
 _log = logging.getLogger("omni_runtime")
@@ -44,10 +45,8 @@ class AsyncEngine:
         pipeline = require_pipeline(pipeline, "AsyncEngine")
         if loop not in (EVENT, POLL):
             raise ConfigError(f"loop must be {EVENT!r} or {POLL!r}, not {loop!r}")
-        if runtimes is None:
-            from omni_runtime.runtimes.sim import sim_runtimes
-
-            runtimes = sim_runtimes(pipeline, seed)
+        if runtimes is None:  # the default runtime, by name: the driver imports none
+            runtimes = runtime()(pipeline, seed)
         self.host = Host(pipeline, runtimes, spec=spec, on_step=on_step)
         self.mode, self.poll_interval = loop, poll_interval
         self._tasks: list[asyncio.Task[None]] = []

@@ -26,6 +26,7 @@ from omni_runtime.errors import OmniRuntimeError, RpcError
 from omni_runtime.host import Host, Listener
 from omni_runtime.orchestrator import StepHook
 from omni_runtime.pipeline import Pipeline, require_pipeline
+from omni_runtime.runtime_names import runtime
 
 
 class Engine:
@@ -40,10 +41,8 @@ class Engine:
                  seed: int = 0, spec: Spec = SPEC, on_step: StepHook | None = None,
                  max_idle_rounds: int = 1000, max_silent_rounds: int | None = None) -> None:  # fmt: skip
         pipeline = require_pipeline(pipeline, "Engine")
-        if runtimes is None:
-            from omni_runtime.runtimes.sim import sim_runtimes
-
-            runtimes = sim_runtimes(pipeline, seed)
+        if runtimes is None:  # the default runtime, by name: the driver imports none
+            runtimes = runtime()(pipeline, seed)
         self.host = Host(pipeline, runtimes, spec=spec, on_step=on_step)
         self.max_idle_rounds = max_idle_rounds
         self.max_silent_rounds = max_silent_rounds

@@ -84,11 +84,9 @@ def load_factory(spec: str) -> KitFactory:
 
 def sim_factory(spec, stage, replica, rpc_fails):  # type: ignore[no-untyped-def]
     """Return a simulated replica with every contract-legal behaviour on (the kit's reference runtime)."""
-    import attrs
+    from omni_runtime.runtime_names import runtime
 
-    from omni_runtime.runtimes.sim import SimConfig, sim_replica
-
-    return sim_replica(spec, stage, replica, 7, attrs.evolve(SimConfig.legal(0.3), rpc_error=1.0 if rpc_fails else 0))
+    return runtime("sim-kit")(spec, stage, replica, rpc_fails)
 
 
 # -- the pytest plugin ------------------------------------------------------------------------------

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import attrs
+
 from omni_fsm import StageKind
 from omni_runtime.pipeline import Pipeline, StageSpec
 from omni_runtime.runtimes.sim._base import SimReplica
@@ -18,6 +20,12 @@ def sim_replica(spec: StageSpec, stage: int, replica: int, seed: int = 0,
     return cls(spec, stage, replica, seed, config)
 
 
+def kit_replica(spec: StageSpec, stage: int, replica: int, rpc_fails: bool = False) -> SimReplica:
+    """Return a simulated replica with every contract-legal behaviour on (the conformance kit's reference runtime;
+    ``rpc_fails``: its workers raise in every control RPC)."""
+    return sim_replica(spec, stage, replica, 7, attrs.evolve(SimConfig.legal(0.3), rpc_error=1.0 if rpc_fails else 0))
+
+
 def sim_runtimes(pipeline: Pipeline, seed: int = 0, config: SimConfig | None = None) -> list[list[SimReplica]]:
     """Return the simulated replicas of every stage: ``result[stage][replica]``."""
     stages = enumerate(pipeline.stages)
@@ -30,5 +38,5 @@ def instant_runtimes(pipeline: Pipeline, hold: bool = False) -> list[list[Instan
     return [[InstantReplica(spec, hold) for _ in range(spec.replicas)] for spec in pipeline.stages]
 
 
-__all__ = ["InstantReplica", "SimAR", "SimConfig", "SimDiffusion", "SimReplica", "instant_runtimes", "sim_replica",
-           "sim_runtimes"]  # fmt: skip
+__all__ = ["InstantReplica", "SimAR", "SimConfig", "SimDiffusion", "SimReplica", "instant_runtimes", "kit_replica",
+           "sim_replica", "sim_runtimes"]  # fmt: skip

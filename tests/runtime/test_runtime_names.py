@@ -1,0 +1,41 @@
+"""Runtimes by name: the drivers and the kit import no runtime package; a name resolves when it is used."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from omni_runtime.errors import ConfigError
+from omni_runtime.runtime_names import DEFAULT, RUNTIMES, runtime
+
+PACKAGE = Path(__file__).resolve().parents[2] / "omni_runtime"
+#: the orchestrator core, its drivers and the kit: none of them imports a runtime package
+CORE = ["orchestrator.py", "host.py", "sync.py", "driver.py", "runtime_names.py", "testing/__init__.py",
+        "testing/_machine.py", "testing/_checker.py", "testing/_plugin.py"]  # fmt: skip
+
+
+@pytest.mark.parametrize("path", CORE)
+def test_the_core_drivers_and_kit_import_no_runtime(path):
+    for node in ast.walk(ast.parse((PACKAGE / path).read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            names = [node.module or ""]
+        else:
+            continue
+        assert not [n for n in names if n.startswith("omni_runtime.runtimes")], (path, names)
+
+
+def test_every_name_resolves_and_the_default_is_the_simulator():
+    for name in RUNTIMES:
+        assert callable(runtime(name))
+    from omni_runtime.runtimes.sim import sim_runtimes
+
+    assert DEFAULT == "sim" and runtime() is sim_runtimes
+
+
+def test_an_unknown_name_is_a_config_error_naming_the_known_ones():
+    with pytest.raises(ConfigError, match=r"unknown runtime 'nope' \(known: sim, sim-kit\)"):
+        runtime("nope")
