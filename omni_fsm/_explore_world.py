@@ -30,6 +30,7 @@ FAMILIES: dict[str, tuple[type[ev.Event], ...]] = {
     "abort": (ev.Abort, ev.AbortDone, ev.AbortFailed),
     "abort_race": (),  # reports arriving while a physical abort is in flight (else abort + result are one step)
     "failure": (ev.StageFailed, ev.ReplicaLost),
+    "engine_abort": (ev.StageAborted,),  # the engine ends a request itself (pause in abort mode)
     "death": (ev.EngineDied,),
     "shutdown": (ev.Shutdown,),
     "control": (ev.Control, ev.RpcDone, ev.RpcFailed),
@@ -43,7 +44,8 @@ PROGRESS: frozenset[type[ev.Event]] = frozenset(
     {ev.Scheduled, ev.InputReady, ev.StageOutput, ev.StageFinished, ev.AbortDone, ev.Control, ev.RpcDone}
 )
 _STAGE_REPORTS = (ev.Scheduled, ev.Preempted, ev.AwaitGrammar, ev.AwaitRemoteKVs, ev.AwaitStreamingReq,
-                  ev.AwaitChunk, ev.InputReady, ev.StageFailed, ev.ReplicaLost, ev.AbortDone, ev.AbortFailed)
+                  ev.AwaitChunk, ev.InputReady, ev.StageAborted, ev.StageFailed, ev.ReplicaLost, ev.AbortDone,
+                  ev.AbortFailed)
 _CONTROL_IDS = {m: i + 1 for i, m in enumerate(ControlMethod)}
 #: One step of the search: an event, or a short macro of events applied back to back.
 Step = ev.Event | tuple[ev.Event, ...]

@@ -215,6 +215,9 @@ def request_rows() -> list[Row]:
         rows += _rows([S.ABORTING], ev.StageOutput, None, (resumes(interrupted),), effects=(D.ACCUMULATE,))
     rows += _rows([S.ABORTING], ev.StageFinished, S.FINISHED_ABORTED, effects=(D.COMMIT_ABORT,))
     rows += _follow_interrupted(rows)
+    # the engine ended the request itself as aborted: it is physically gone (an abort in flight is thereby done)
+    rows += _rows(BOUND, ev.StageAborted, S.FINISHED_ABORTED)
+    rows += _rows([S.ABORTING], ev.StageAborted, S.FINISHED_ABORTED, effects=(D.COMMIT_ABORT,))
     # failures, engine death, shutdown: from every live state
     rows += _rows(STAGE_LIVE, ev.StageFailed, S.FINISHED_ERROR)
     rows += _rows(STAGE_LIVE, ev.ReplicaLost, S.FINISHED_ERROR)

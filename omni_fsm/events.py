@@ -130,6 +130,12 @@ class StageFailed(StageEvent):
 
 
 @attrs.frozen
+class StageAborted(StageEvent):
+    """The stage ended the request itself, as aborted (vLLM's ``pause_scheduler(mode="abort")``): no abort was
+    sent for it; it ends ``abort`` with its prefix, never ``error``."""
+
+
+@attrs.frozen
 class ReplicaLost(StageEvent):
     """The replica this request was bound to at ``stage`` died."""
 
@@ -223,7 +229,7 @@ class Shutdown(Event):
 
 REQUEST_EVENTS: tuple[type[RequestEvent], ...] = (
     Submit, Abort, Scheduled, Preempted, AwaitGrammar, AwaitRemoteKVs, AwaitStreamingReq,
-    AwaitChunk, InputReady, StageOutput, StageFinished, StageFailed, ReplicaLost, AbortDone,
+    AwaitChunk, InputReady, StageOutput, StageFinished, StageAborted, StageFailed, ReplicaLost, AbortDone,
     AbortFailed, Admit, ChildEnded, CompanionEnded, EngineFailed, ShutdownAbort,
 )
 ENGINE_EVENTS: tuple[type[Event], ...] = (Control, RpcDone, RpcFailed, EngineDied, Shutdown)

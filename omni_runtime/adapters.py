@@ -17,9 +17,18 @@ from omni_fsm import StageKind
 from omni_fsm.frozen import direct_inits
 
 
-def _token_ids(prompt: Any, attribute: Any, value: Any) -> None:
-    if not isinstance(value, tuple) or not all(isinstance(t, int) and not isinstance(t, bool) for t in value):
-        raise TypeError(f"Prompt.token_ids must be a tuple of ints, not {value!r}")
+def _token_ids(owner: str) -> Any:
+    def check(instance: Any, attribute: Any, value: Any) -> None:
+        if value is None and owner == "Prompt":
+            return
+        if not isinstance(value, tuple) or not all(isinstance(t, int) and not isinstance(t, bool) for t in value):
+            raise TypeError(f"{owner}.{attribute.name} must be a tuple of ints, not {value!r}")
+
+    return check
+
+
+def _as_tuple(value: Any) -> Any:
+    return tuple(value) if isinstance(value, list) else value
 
 
 def _at_least_one(prompt: Any, attribute: Any, value: Any) -> None:
@@ -29,46 +38,133 @@ def _at_least_one(prompt: Any, attribute: Any, value: Any) -> None:
         raise ValueError(f"Prompt.{attribute.name} must be an int >= 1, not {value!r}")
 
 
-@attrs.frozen
-class Prompt:
-    """What a client submits: prompt token ids and the generation parameters the stages read.
+def _number(low: float, high: float | None, low_open: bool = False) -> Any:
+    def check(instance: Any, attribute: Any, value: Any) -> None:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise TypeError(f"Sampling.{attribute.name} must be a number, not {value!r}")
+        if value < low or (low_open and value == low) or (high is not None and value > high):
+            bound = f"in ({low}, {high}]" if low_open else f"at least {low}" if high is None else f"in [{low}, {high}]"
+            raise ValueError(f"Sampling.{attribute.name} must be {bound}, not {value!r}")
 
-    Checked when made: ``token_ids`` a tuple of ints, ``max_tokens`` ``None`` or an int >= 1,
-    ``height`` and ``width`` ints >= 1 (``TypeError`` / ``ValueError`` naming the field).
+    return check
+
+
+def _optional_int(instance: Any, attribute: Any, value: Any) -> None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+        raise TypeError(f"Sampling.{attribute.name} must be an int or None, not {value!r}")
+
+
+def _strings(instance: Any, attribute: Any, value: Any) -> None:
+    if not isinstance(value, tuple) or not all(isinstance(s, str) and s for s in value):
+        raise TypeError(f"Sampling.{attribute.name} must be a tuple of non-empty strings, not {value!r}")
+
+
+def _flag(instance: Any, attribute: Any, value: Any) -> None:
+    if not isinstance(value, bool):
+        raise TypeError(f"Sampling.{attribute.name} must be True or False, not {value!r}")
+
+
+@attrs.frozen
+class Sampling:
+    """How an AR stage samples a request: vLLM's ``SamplingParams`` fields that a pipeline sets.
+
+    Defaults are vLLM's. ``seed`` makes sampling reproducible; sample ``i`` of an ``n>1`` request uses
+    ``seed + i``. ``stop`` strings are found on the detokenized text (the text ends before the string,
+    the finish reason is ``stop`` and ``stop_reason`` the string); ``detokenize=False`` gives token ids only.
+    Checked when made (``TypeError`` / ``ValueError`` naming the field).
     """
 
-    token_ids: tuple[int, ...] = attrs.field(default=(1, 2, 3), validator=_token_ids)
+    temperature: float = attrs.field(default=1.0, validator=_number(0.0, None))
+    top_p: float = attrs.field(default=1.0, validator=_number(0.0, 1.0, low_open=True))
+    top_k: int = attrs.field(default=0, validator=_optional_int)  #: 0: every token
+    seed: int | None = attrs.field(default=None, validator=_optional_int)
+    stop: tuple[str, ...] = attrs.field(default=(), converter=_as_tuple, validator=_strings)
+    stop_token_ids: tuple[int, ...] = attrs.field(default=(), converter=_as_tuple, validator=_token_ids("Sampling"))
+    ignore_eos: bool = attrs.field(default=False, validator=_flag)
+    detokenize: bool = attrs.field(default=True, validator=_flag)
+
+    def for_sample(self, index: int) -> Sampling:
+        """Return the parameters of sample ``index`` of an ``n>1`` request (``seed + index``, if seeded)."""
+        return self if self.seed is None else attrs.evolve(self, seed=self.seed + index)
+
+
+#: the fields a pipeline file's ``[stages.sampling]`` may set, and their types
+SAMPLING_FIELDS: dict[str, type] = {a.name: a.type for a in attrs.fields(Sampling)}  # type: ignore[misc]
+
+
+@attrs.frozen
+class Prompt:
+    """What a client submits: the prompt (token ids or text) and the parameters the stages read.
+
+    ``token_ids`` or ``text`` (text is tokenized by the stage that takes it, with its own tokenizer;
+    ``Prompt()`` is a three-token prompt, for tests). ``negative`` is the CFG companions' prompt (text
+    or token ids; none: an empty prompt). Checked when made: ``TypeError`` / ``ValueError`` naming the field.
+    """
+
+    token_ids: tuple[int, ...] | None = attrs.field(default=None, converter=_as_tuple, validator=_token_ids("Prompt"))
     #: AR stages: cap on generated tokens (``None``: the stage's)
     max_tokens: int | None = attrs.field(default=None, validator=_at_least_one)
     height: int = attrs.field(default=64, validator=_at_least_one)
     width: int = attrs.field(default=64, validator=_at_least_one)
+    text: str | None = attrs.field(default=None, kw_only=True)
+    sampling: Sampling = attrs.field(factory=Sampling, kw_only=True)
+    negative: str | tuple[int, ...] | None = attrs.field(default=None, converter=_as_tuple, kw_only=True)
+    #: a streaming-input session: stage 0 waits for more input (``Engine.feed``) after each turn
+    streaming: bool = attrs.field(default=False, kw_only=True)
+
+    def __attrs_post_init__(self) -> None:
+        if self.text is not None and not isinstance(self.text, str):
+            raise TypeError(f"Prompt.text must be a str, not {self.text!r}")
+        if self.text is not None and self.token_ids is not None:
+            raise ValueError("a Prompt has token_ids or text, not both")
+        if self.text is None and self.token_ids is None:
+            object.__setattr__(self, "token_ids", (1, 2, 3))
+        if not isinstance(self.sampling, Sampling):
+            raise TypeError(f"Prompt.sampling must be a Sampling, not {self.sampling!r}")
+        if self.negative is not None and not isinstance(self.negative, str):
+            _token_ids("Prompt")(self, attrs.fields(Prompt).negative, self.negative)
+
+    @property
+    def ids(self) -> tuple[int, ...]:
+        """Return the prompt's token ids (empty for a text prompt: its stage tokenizes it)."""
+        return self.token_ids or ()
 
 
 @attrs.frozen
 class StageInput:
-    """What a stage runtime receives: token ids and an optional multimodal payload."""
+    """What a stage runtime receives: token ids or text (tokenized by the stage), a multimodal payload,
+    the sampling parameters for this stage (``None``: the engine's defaults)."""
 
     token_ids: tuple[int, ...] = ()
     multimodal: Mapping[str, Any] | None = None
     max_tokens: int | None = None
+    text: str | None = None
+    sampling: Sampling | None = None
+    #: a streaming-input session: more input follows through the runtime's ``feed_input``
+    streaming: bool = False
 
 
 direct_inits(StageInput)
 
-InputAdapter = Callable[[Prompt, Any, tuple[Any, ...]], StageInput]
+#: (the client's prompt, the previous stage's result, its companions' results, the previous stage's text) -> input
+InputAdapter = Callable[[Prompt, Any, tuple[Any, ...], str | None], StageInput]
 
 
-def prompt_input(prompt: Prompt, upstream: Any, companions: tuple[Any, ...]) -> StageInput:
-    """Return stage 0's input: the client's prompt tokens."""
-    return StageInput(prompt.token_ids, None, prompt.max_tokens)
+def prompt_input(prompt: Prompt, upstream: Any, companions: tuple[Any, ...], text: str | None = None) -> StageInput:
+    """Return stage 0's input: the client's prompt (token ids or text)."""
+    return StageInput(prompt.ids, None, prompt.max_tokens, prompt.text, None, prompt.streaming)
 
 
-def ar_to_ar(prompt: Prompt, upstream: Any, companions: tuple[Any, ...]) -> StageInput:
-    """Return an AR stage's input from the previous AR stage's generated tokens."""
+def ar_to_ar(prompt: Prompt, upstream: Any, companions: tuple[Any, ...], text: str | None = None) -> StageInput:
+    """Return an AR stage's input from the previous AR stage's output: its text where it made text (the stage
+    tokenizes it with its own tokenizer), else its generated token ids."""
+    if text is not None:
+        return StageInput((), None, prompt.max_tokens, text)
     return StageInput(tuple(upstream or ()), None, prompt.max_tokens)
 
 
-def ar_to_diffusion(prompt: Prompt, upstream: Any, companions: tuple[Any, ...]) -> StageInput:
+def ar_to_diffusion(prompt: Prompt, upstream: Any, companions: tuple[Any, ...],
+                    text: str | None = None) -> StageInput:  # fmt: skip
     """Return a diffusion stage's conditioning: prior tokens, CFG companions' tokens, image size."""
     negative = tuple(tuple(c or ()) for c in companions)
     mm = {"prior": tuple(upstream or ()), "negative": negative, "size": (prompt.height, prompt.width)}
@@ -76,8 +172,11 @@ def ar_to_diffusion(prompt: Prompt, upstream: Any, companions: tuple[Any, ...]) 
 
 
 def companion_input(prompt: Prompt) -> Prompt:
-    """Return a CFG companion's prompt: the unconditional (empty) prompt."""
-    return Prompt((), prompt.max_tokens, prompt.height, prompt.width)
+    """Return a CFG companion's prompt: the parent's negative prompt (none: the unconditional, empty prompt)."""
+    negative = prompt.negative
+    if isinstance(negative, str):
+        return Prompt(None, prompt.max_tokens, prompt.height, prompt.width, text=negative, sampling=prompt.sampling)
+    return Prompt(negative or (), prompt.max_tokens, prompt.height, prompt.width, sampling=prompt.sampling)
 
 
 #: input adapter name (a pipeline file's ``adapter``) -> the function building a stage's input

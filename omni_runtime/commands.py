@@ -36,6 +36,10 @@ class ClientMessage:
     sample: int = -1
     cumulative: int = 0
     error: str | None = None
+    #: an AR stage's text: the new text of a partial output; the whole text of a terminal or a stage end
+    text: str | None = None
+    #: what stopped it (a terminal of ``stop``): the stop string or stop token id; ``None``: EOS or length
+    stop_reason: str | int | None = None
 
 
 @attrs.frozen(slots=True)

@@ -14,13 +14,24 @@ from typing import Any
 
 import attrs
 
-from omni_fsm import ENGINE_TERMINAL, SPEC, ControlMethod, EngineState, LifecycleError, Outcome, Role, Spec, StopKind
+from omni_fsm import (
+    ENGINE_TERMINAL,
+    SPEC,
+    ControlMethod,
+    EngineState,
+    LifecycleError,
+    Outcome,
+    Role,
+    Spec,
+    StageKind,
+    StopKind,
+)
 from omni_fsm import events as ev
 from omni_fsm import observations as ob
 from omni_fsm.core import Lifecycle, dependent_id, fanout
 from omni_runtime import commands as cmd
 from omni_runtime import protocol as rp
-from omni_runtime.adapters import INPUT_ADAPTERS, OUTPUT_ADAPTERS, Prompt, companion_input
+from omni_runtime.adapters import INPUT_ADAPTERS, OUTPUT_ADAPTERS, Prompt, StageInput, companion_input
 from omni_runtime.errors import EngineNotRunning, OmniRuntimeError, RequestRefused
 from omni_runtime.pipeline import Pipeline, require_pipeline
 
@@ -39,7 +50,7 @@ class _Route:
     """Routing data of one tracked request (client, child or companion)."""
 
     __slots__ = ("companion", "companions", "error", "held", "next_seq", "parent", "prompt", "replica",
-                 "result", "stage")  # fmt: skip
+                 "result", "stage", "stop_reason", "text")  # fmt: skip
 
     def __init__(self, prompt: Prompt, parent: int = -1, companion: bool = False) -> None:
         self.prompt = prompt
@@ -50,6 +61,8 @@ class _Route:
         self.next_seq = 0
         self.held: dict[int, rp.RequestReport] | None = None  #: reports that arrived early, by seq
         self.result: Any = None  #: accumulated output at the current stage
+        self.text: str | None = None  #: accumulated text at the current stage (an AR stage that detokenizes)
+        self.stop_reason: str | int | None = None  #: what stopped it at the current stage
         #: (id, result) of each finished CFG companion, in companion (id) order
         self.companions: tuple[tuple[int, Any], ...] = ()
         self.error: str | None = None
@@ -98,8 +111,9 @@ class Orchestrator:
         self._abort_callers: dict[int, list[int]] = {}  #: rid -> abort call ids waiting
         self._rpcs: dict[int, _Rpc] = {}
         self._payload: Any = None  #: the payload of the output being handled (for partials)
-        #: (rid, route, result before) of the in-order report being fed: restored if the lifecycle drops it
-        self._undo: tuple[int, _Route, Any] | None = None
+        self._text: str | None = None  #: the text of the output being handled (for partials)
+        #: (rid, route, result before, text before) of the in-order report being fed: restored if the lifecycle drops it
+        self._undo: tuple[int, _Route, Any, str | None] | None = None
         self._abort_batch: dict[tuple[int, int], list[int]] | None = None  #: AbortSent of one step, by replica
         self.stopped = False
 
@@ -242,25 +256,32 @@ class Orchestrator:
 
     def _in_order(self, rid: int, stage: int, report: rp.RequestReport, route: _Route, kind: type) -> Commands:
         route.next_seq += 1
-        before = route.result
-        self._undo = (rid, route, before)
+        before, text_before = route.result, route.text
+        self._undo = (rid, route, before, text_before)
         try:
             event = _event_of(rid, stage, report, kind)
             if kind is rp.Output:
                 payload = report.payload  # type: ignore[attr-defined]
                 route.result = self._outputs[stage].accumulate(before, payload)
                 self._payload = payload
+                text = report.text  # type: ignore[attr-defined]
+                if text is not None:
+                    if text.__class__ is not str:
+                        raise _Malformed(f"runtime reported an Output with text {text!r} (a str or None)")
+                    route.text = text if text_before is None else text_before + text
+                self._text = text
             elif kind is rp.Finished:
                 route.result = self._outputs[stage].finish(before, report.payload)  # type: ignore[attr-defined]
+                route.stop_reason = report.stop_reason  # type: ignore[attr-defined]
             elif kind is rp.Failed:
                 route.error = report.error  # type: ignore[attr-defined]
         except Exception as exc:  # a report outside the protocol (or a payload its adapter refuses) fails its request
-            route.result, self._payload = before, None
+            route.result, route.text, self._payload, self._text = before, text_before, None, None
             route.error = str(exc) if isinstance(exc, _Malformed) else (
                 f"the runtime's {type(report).__name__} cannot be taken by its stage: {type(exc).__name__}: {exc}")
             event = ev.StageFailed(rid, stage)
         out = self._feed(event)  # a runtime report never raises a LifecycleError: nothing to undo
-        self._payload = self._undo = None
+        self._payload = self._undo = self._text = None
         return out
 
     def _rpc_result(self, call_id: int, where: tuple[int, int], error: str | None) -> Commands:
@@ -372,7 +393,7 @@ class Orchestrator:
     def _on_dropped(self, o: ob.Dropped, out: Commands) -> None:
         undo = self._undo
         if undo is not None and o.rid == undo[0]:  # an in-order report not acted on: undo its buffer
-            undo[1].result = undo[2]
+            undo[1].result, undo[1].text = undo[2], undo[3]
 
     def _on_rpc_answered(self, o: ob.RpcAnswered, out: Commands) -> None:
         self._rpcs.pop(o.call_id, None)
@@ -393,7 +414,11 @@ class Orchestrator:
             return
         parent = self.routes[o.parent].prompt
         companion = o.role is Role.COMPANION
-        self.routes[o.rid] = _Route(companion_input(parent) if companion else parent, o.parent, companion)
+        if companion:
+            prompt = companion_input(parent)
+        else:  # sample i of an n>1 request: seeded seed + i
+            prompt = attrs.evolve(parent, sampling=parent.sampling.for_sample(o.rid - dependent_id(o.parent, 0)))
+        self.routes[o.rid] = _Route(prompt, o.parent, companion)
 
     def _forward(self, o: ob.Forwarded, out: Commands) -> None:
         route = self.routes[o.rid]
@@ -401,18 +426,32 @@ class Orchestrator:
         if route.parent >= 0 and route.parent in self.routes:  # an n>1 sample uses its parent's companions
             done = self.routes[route.parent].companions
         companions = tuple(result for _, result in done) if done else ()
-        route.result = self._inputs[o.dst](route.prompt, route.result, companions)  # the next stage's input
+        stage_input = self._inputs[o.dst](route.prompt, route.result, companions, route.text)  # the next stage's input
+        route.result = self._with_sampling(o.dst, route.prompt, stage_input)
+        route.text = None
 
     def _dispatch(self, o: ob.Dispatched, out: Commands) -> None:
         route = self.routes[o.rid]
         stage = o.stage
-        stage_input = self._inputs[0](route.prompt, None, ()) if stage == 0 else route.result
+        if stage == 0:
+            stage_input = self._with_sampling(0, route.prompt, self._inputs[0](route.prompt, None, (), None))
+        else:
+            stage_input = route.result
         live = self.live[stage]
         route.stage = stage
         route.replica = 0 if len(live) == 1 and live[0] else self._pick_replica(stage, route)
-        route.result = route.held = None
+        route.result = route.held = route.text = route.stop_reason = None
         route.next_seq = 0
         out.append(cmd.Dispatch(o.rid, stage, route.replica, stage_input, stage - 1))
+
+    def _with_sampling(self, stage: int, prompt: Prompt, stage_input: StageInput) -> StageInput:
+        """Return ``stage_input`` with the sampling parameters of an AR ``stage``: the prompt's, with the stage's
+        overrides from the pipeline file on top."""
+        spec = self.pipeline.stages[stage]
+        if spec.kind is not StageKind.AR:
+            return stage_input
+        sampling = prompt.sampling if not spec.sampling else attrs.evolve(prompt.sampling, **dict(spec.sampling))
+        return attrs.evolve(stage_input, sampling=sampling)
 
     def _pick_replica(self, stage: int, route: _Route) -> int:
         live = self.live[stage]
@@ -430,16 +469,18 @@ class Orchestrator:
         source = self.routes.get(dependent_id(o.rid, o.sample) if o.sample >= 0 else o.rid)
         adapter = self._outputs[o.stage]
         data: Any = None
-        error = None
+        error = text = stop_reason = None
         if not o.finished and not o.stage_final:
-            data = adapter.delta(self._payload)
+            data, text = adapter.delta(self._payload), self._text
         elif source is not None and (o.outcome in (None, Outcome.FINISHED)
                                      or (o.outcome is Outcome.ABORTED and o.cumulative)):  # the core sized the prefix
-            data = adapter.result(source.result)
+            data, text = adapter.result(source.result), source.text
+            if o.outcome is not Outcome.ABORTED:
+                stop_reason = source.stop_reason
         elif o.outcome in (Outcome.FAILED, Outcome.FATAL):
             error = (source.error if source is not None else None) or o.reason
         out.append(cmd.Deliver(cmd.ClientMessage(o.rid, o.stage, data, o.finished, o.stage_final, o.outcome, o.reason,
-                                                 o.sample, o.cumulative, error)))  # fmt: skip
+                                                 o.sample, o.cumulative, error, text, stop_reason)))  # fmt: skip
 
     def _answer_abort(self, rid: int, ok: bool, out: Commands) -> None:
         for call in self._abort_callers.pop(rid, ()):
@@ -491,7 +532,7 @@ _REPORTS: dict[type, _Handler] = {
     rp.EngineDead: Orchestrator._engine_dead,
 }  # fmt: skip
 #: per-request report class -> the protocol class it is (the same, or the base of a subclass)
-_KINDS: dict[type, type] = {k: k for k in (rp.StatusChanged, rp.Output, rp.Finished, rp.Failed)}
+_KINDS: dict[type, type] = {k: k for k in (rp.StatusChanged, rp.Output, rp.Finished, rp.Failed, rp.Aborted)}
 #: observation class -> what the orchestrator does with it; absent: nothing (slots, acknowledgements)
 _OBSERVATIONS: dict[type, Callable[[Orchestrator, Any, Commands], None]] = {
     ob.Emitted: Orchestrator._on_emitted, ob.Dispatched: Orchestrator._dispatch,
@@ -541,6 +582,8 @@ def _event_of(rid: int, stage: int, report: rp.RequestReport, kind: type) -> ev.
         if event is None:
             raise _Malformed(f"runtime reported an unknown status {report.status!r}")  # type: ignore[attr-defined]
         return event(rid, stage)
+    if kind is rp.Aborted:
+        return ev.StageAborted(rid, stage)
     return ev.StageFailed(rid, stage)
 
 

@@ -18,20 +18,23 @@ import attrs
 from omni_fsm import StageKind
 from omni_fsm import _toml_lines as toml_lines  # private to omni_fsm: shared so both packages find TOML lines one way
 from omni_fsm.errors import MalformedInput
-from omni_runtime.adapters import ADAPTER_KINDS, INPUT_ADAPTERS
+from omni_runtime.adapters import ADAPTER_KINDS, INPUT_ADAPTERS, SAMPLING_FIELDS, Sampling
 from omni_runtime.errors import ConfigError, PipelineError
 
 _STAGE_FIELDS: dict[str, type] = {"name": str, "kind": StageKind, "final": bool, "replicas": int, "max_running": int,
-                                  "adapter": str, "max_tokens": int, "steps": int}  # fmt: skip
+                                  "adapter": str, "max_tokens": int, "steps": int, "sampling": dict}  # fmt: skip
 _PIPELINE_FIELDS: dict[str, type] = {"name": str, "capacity": int}
 _MINIMUM = {"replicas": 1, "max_running": 1, "max_tokens": 1, "steps": 1, "capacity": 0}
 _MAXIMUM = {"replicas": 1024}  #: a replica is a runtime made at start: more would only exhaust memory
-_TYPE_WORDS = {str: "a string", bool: "true or false", int: "an integer", StageKind: "a StageKind"}
+_TYPE_WORDS = {str: "a string", bool: "true or false", int: "an integer", StageKind: "a StageKind",
+               dict: "a table of sampling parameters ([stages.sampling])"}  # fmt: skip
 
 
 def _field_problem(fields: dict[str, type], key: str, value: Any) -> str | None:
     """Return why ``value`` is not a valid ``key`` of a stage or pipeline (``None``: it is)."""
     want = fields[key]
+    if want is dict and isinstance(value, tuple):  # a StageSpec's sampling overrides, as stored
+        value = dict(value) if all(isinstance(p, tuple) and len(p) == 2 for p in value) else value
     if not isinstance(value, want) or (want is int and isinstance(value, bool)):
         return f"{key} must be {_TYPE_WORDS[want]}, not {value!r}"
     if isinstance(value, int) and want is int and value < _MINIMUM[key]:
@@ -42,7 +45,29 @@ def _field_problem(fields: dict[str, type], key: str, value: Any) -> str | None:
         return f"{key} must not be empty or blank"
     if key == "adapter" and value not in INPUT_ADAPTERS:
         return f"unknown adapter {value!r} (known: {', '.join(sorted(INPUT_ADAPTERS))})"
+    if key == "sampling":
+        return _sampling_problem(value)
     return None
+
+
+def _sampling_problem(overrides: Any) -> str | None:
+    """Return why ``overrides`` are not valid sampling parameters (``None``: they are)."""
+    for name in overrides:
+        reason = _unknown(name, SAMPLING_FIELDS, "sampling parameter")
+        if reason is not None:
+            return reason
+    try:
+        Sampling(**overrides)
+    except (TypeError, ValueError) as exc:
+        return f"sampling: {str(exc).removeprefix('Sampling.')}"
+    return None
+
+
+def _overrides(value: Any) -> Any:
+    """Store sampling overrides as sorted (name, value) pairs (hashable; lists as tuples)."""
+    if not isinstance(value, dict):
+        return value
+    return tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in value.items()))
 
 
 def _check_field(fields: dict[str, type], owner: str) -> Callable[[Any, Any, Any], None]:
@@ -73,6 +98,8 @@ class StageSpec:
     adapter: str = attrs.field(default="prompt", validator=_stage_field)
     max_tokens: int = attrs.field(default=8, validator=_stage_field)  #: AR: tokens generated at most (simulator)
     steps: int = attrs.field(default=4, validator=_stage_field)  #: diffusion: denoising steps (simulator)
+    #: AR: sampling parameters that override the request's at this stage (``[stages.sampling]``), as (name, value)
+    sampling: tuple[tuple[str, Any], ...] = attrs.field(default=(), converter=_overrides, validator=_stage_field)
 
 
 def _as_tuple(stages: Any) -> Any:

@@ -58,18 +58,31 @@ class StatusChanged(RequestReport):
 
 @attrs.frozen(slots=True)
 class Output(RequestReport):
-    """A partial output: ``tokens`` units of work (tokens or denoising steps) and their payload."""
+    """A partial output: ``tokens`` units of work (tokens or denoising steps), their payload and, for an AR stage
+    that detokenizes, the text they add (never past a stop string)."""
 
     tokens: int
     payload: Any = None
+    text: str | None = None
 
 
 @attrs.frozen(slots=True)
 class Finished(RequestReport):
-    """The request finished normally at this stage; ``payload`` is a whole-sample result, if any."""
+    """The request finished normally at this stage; ``payload`` is a whole-sample result, if any.
+
+    ``stop_reason`` says what stopped it, as vLLM's ``CompletionOutput.stop_reason``: the stop string found in
+    the text (the stage ended the engine request itself), or the stop token id sampled; ``None``: EOS or length.
+    """
 
     stop: StopKind = StopKind.STOP
     payload: Any = None
+    stop_reason: str | int | None = None
+
+
+@attrs.frozen(slots=True)
+class Aborted(RequestReport):
+    """The engine ended the request itself, as aborted (vLLM: ``pause_scheduler(mode="abort")``): its terminal
+    is ``abort`` with the tokens generated so far. Not an answer to an abort the orchestrator sent."""
 
 
 @attrs.frozen(slots=True)
@@ -110,6 +123,23 @@ class EngineDead(Report):
 
 direct_inits(Report)
 
+#: how ``pause_scheduler`` treats the requests in flight, given as one of its tags (vLLM's ``PauseMode``):
+#: ``keep`` them, parked, until resume (the default here); ``wait`` for them to finish; ``abort`` them (each is
+#: reported ``Aborted``: vLLM's own default)
+PAUSE_MODES: tuple[str, ...] = ("keep", "wait", "abort")
+
+
+def pause_mode(tags: frozenset[str]) -> str:
+    """Return the pause mode named in a ``pause_scheduler`` call's ``tags`` (none: ``keep``).
+
+    Raises ``ValueError`` for two modes or a tag that is not a mode (the RPC's caller gets it as the error).
+    """
+    modes = sorted(tags)
+    unknown = [t for t in modes if t not in PAUSE_MODES]
+    if unknown or len(modes) > 1:
+        raise ValueError(f"pause_scheduler takes one mode tag of {', '.join(PAUSE_MODES)}, not {', '.join(modes)}")
+    return modes[0] if modes else "keep"
+
 ReportSink = Callable[[Report], None]
 
 
@@ -134,6 +164,15 @@ class StageRuntime(Protocol):
 
     def shutdown(self) -> None:
         """Stop; idempotent. No report follows."""
+
+
+@runtime_checkable
+class StreamingInput(Protocol):
+    """A runtime that takes streamed input: a request added with ``StageInput.streaming`` parks between turns
+    (``AWAIT_STREAMING``) until ``feed_input`` brings its next part (``last``: the input ends with it)."""
+
+    def feed_input(self, req_id: int, part: StageInput, last: bool) -> None:
+        """Add the next part of ``req_id``'s streamed input; report ``INPUT_READY`` when it is taken."""
 
 
 RuntimeFactory = Callable[[Any, int, int], StageRuntime]  # (stage spec, stage index, replica) -> runtime

@@ -120,7 +120,7 @@ class Monitor:
             return
         if isinstance(event, ev.StageOutput):
             view.generated += event.tokens
-        elif isinstance(event, ev.StageFinished) and not rejected:
+        elif isinstance(event, (ev.StageFinished, ev.StageAborted)) and not rejected:  # the stage ended it itself
             view.finished_at = event.stage
         elif isinstance(event, ev.AbortDone):
             view.abort_ok = True
@@ -139,7 +139,7 @@ class Monitor:
     def _step_rules(self, event: ev.Event, outputs: Sequence[ob.Observation], dropped: bool,
                     terminal_rids: list[int], rejected: bool) -> None:
         if isinstance(event, ev.StageEvent) and not dropped and (
-            rejected or isinstance(event, (ev.StageFailed, ev.ReplicaLost))
+            rejected or isinstance(event, (ev.StageFailed, ev.ReplicaLost, ev.StageAborted))
         ):
             family = self._family(event.rid)
             for rid in terminal_rids:

@@ -15,6 +15,9 @@ IN_ORDER = ("IO-INV-101", "reports_in_sequence")
 #: the registry's shutdown-order invariant, whose check reads "the orchestrator stops before any runtime, and
 #: nothing happens after": a runtime's report after its own shutdown() is something happening after it
 SILENT_AFTER_SHUTDOWN = ("ORCH-INV-300", "no_report_after_shutdown")
+#: an end the engine decides itself (``Aborted``) only for a request in flight when a pause in abort mode was asked
+#: for, and each such request ended before that pause is answered as done
+ENGINE_ABORTS = ("ORCH-INV-101", "engine_aborts_only_when_paused_in_abort_mode")
 
 #: statuses of an accepted request that is not running (preempted, or parked until something arrives): every
 #: scheduler status but running and ready again; an abort that goes by status may miss a request in one (B5)
@@ -56,6 +59,10 @@ class RawStreamChecker:
         self.asked_aborts: dict[int, set[int]] = {}  #: abort id -> the request ids still owed a result
         self.answered: set[int] = set()
         self.waiting: dict[int, rp.Status] = {}  #: open requests whose latest report is a move into one of ``WAITS``
+        #: call id of each pause in abort mode -> the requests open when it was called (the engine may abort them)
+        self.abort_pauses: dict[int, frozenset[int]] = {}
+        #: requests a pause in abort mode answered as done should have ended, whose end has not arrived yet
+        self.paused_out: set[int] = set()
         self.dead = self.closed = False
 
     def _fail(self, what: tuple[str, str], subject: int | None, message: str) -> None:
@@ -67,8 +74,11 @@ class RawStreamChecker:
         self.accepted.add(req_id)
         self.next_seq[req_id] = 0
 
-    def rpc(self, call_id: int, worker_raises: bool) -> None:
+    def rpc(self, call_id: int, worker_raises: bool, aborts_all: bool = False) -> None:
+        """Record control RPC ``call_id`` (``aborts_all``: a pause in abort mode: the engine ends what is open)."""
         self.rpcs[call_id] = worker_raises
+        if aborts_all:
+            self.abort_pauses[call_id] = frozenset(self.open_requests())
 
     def aborting(self, abort_id: int, req_ids: list[int]) -> None:
         self.asked_aborts[abort_id] = set(req_ids)
@@ -115,6 +125,9 @@ class RawStreamChecker:
         if rid not in self.accepted:
             self._fail(ONE_FINISH, rid, "a report about a request never accepted")
             return
+        if rid in self.paused_out and isinstance(report, (rp.Output, rp.StatusChanged)):
+            self._fail(ENGINE_ABORTS, rid, f"{type(report).__name__} after a pause in abort mode was answered done "
+                                           f"(the request should have ended)")  # fmt: skip
         if report.seq != self.next_seq[rid]:
             self._fail(IN_ORDER, rid, f"seq {report.seq}, expected {self.next_seq[rid]}")
         self.next_seq[rid] = report.seq + 1
@@ -122,7 +135,10 @@ class RawStreamChecker:
             self.waiting[rid] = report.status
         else:
             self.waiting.pop(rid, None)
-        if isinstance(report, (rp.Finished, rp.Failed)):
+        if isinstance(report, rp.Aborted) and not any(rid in open_ for open_ in self.abort_pauses.values()):
+            self._fail(ENGINE_ABORTS, rid, "the runtime ended the request as aborted, but no pause in abort mode "
+                                           "was asked for while it ran")  # fmt: skip
+        if isinstance(report, (rp.Finished, rp.Failed, rp.Aborted)):
             self.finished[rid] = 1
             self.abort_refused.discard(rid)
 
@@ -152,8 +168,10 @@ class RawStreamChecker:
         raises = self.rpcs[report.call_id]
         if raises and (report.ok or not report.error):
             self._fail(RPC_ERRORS, report.call_id, "a worker raised but the RPC answered without the error")
-        if not raises and not report.ok:
+        if not raises and not report.ok and report.call_id not in self.abort_pauses:  # a mode it lacks: refused
             self._fail(RPC_ERRORS, report.call_id, f"RPC failed though no worker raised: {report.error}")
+        if report.ok and report.call_id in self.abort_pauses:  # what it should have ended may not run on
+            self.paused_out |= self.abort_pauses[report.call_id] - set(self.finished) - self.aborted
 
     def at_end(self, still_busy_after: int | None = None) -> list[KitViolation]:
         """Judge a runtime stepped until idle (or, ``still_busy_after``, one that still said it was busy after

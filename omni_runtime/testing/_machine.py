@@ -37,6 +37,8 @@ class ConformanceError(AssertionError):
 #: the kit's own calls that stop a runtime's work, and the call that undoes each (sent before the final judgement)
 _UNDO = {ControlMethod.SLEEP: ControlMethod.WAKE_UP, ControlMethod.PAUSE_SCHEDULER: ControlMethod.RESUME_SCHEDULER}
 _UNDOES = {undo: stop for stop, undo in _UNDO.items()}
+#: the pause modes the kit asks for (``wait`` is left out: vLLM's in-process engine refuses it)
+_PAUSE_TAGS: tuple[frozenset[str], ...] = (frozenset(), frozenset({"keep"}), frozenset({"abort"}))
 #: requests ids are drawn from here, so that a runtime whose behaviour depends on the id varies between examples
 _REQ_IDS = st.integers(0, 2**31 - 1)
 #: an abort picks its requests by index (modulo the candidates), so that a rule can also be called by hand
@@ -127,11 +129,14 @@ def make_machine(factory: KitFactory, rpc_fails: bool = False, may_die: bool = F
             self.checker.aborting(abort_id, batch)
             self.runtime.abort_requests(abort_id, batch)
 
-        @rule(method=st.sampled_from(list(ControlMethod)))
-        def control(self, method: ControlMethod) -> None:
+        @rule(method=st.sampled_from(list(ControlMethod)), mode=st.sampled_from(_PAUSE_TAGS))
+        def control(self, method: ControlMethod, mode: frozenset[str] = frozenset()) -> None:
+            """Call a control RPC; a pause in ``mode`` (none: the default, keep; ``abort``: the engine ends every
+            request in flight, each reported ``Aborted``)."""
+            tags = mode if method is ControlMethod.PAUSE_SCHEDULER else frozenset()
             call = 10_000 + len(self.checker.rpcs)
-            self.checker.rpc(call, rpc_fails)
-            self.runtime.control(call, method, 1, frozenset())
+            self.checker.rpc(call, rpc_fails, aborts_all="abort" in tags)
+            self.runtime.control(call, method, 1, tags)
             if method in _UNDO:
                 self.held[method] = None
             else:

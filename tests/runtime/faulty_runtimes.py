@@ -298,6 +298,10 @@ class OneTokenPerStep:
 
     def control(self, call_id, method, level, tags):
         self.rpcs.append(call_id)
+        if "abort" in tags and not self.rpc_fails:  # a pause in abort mode ends what is in flight
+            for req_id in self.queue + self.running:
+                self._report(rp.Aborted, req_id)
+            self.queue, self.running = [], []
 
     def step(self):
         for call_id in self.rpcs:
@@ -359,3 +363,22 @@ FAULTY = {
     "ORCH-INV-205": SwallowedRpcError,
     "IO-INV-101": Reordering,
 }
+
+
+class AbortsUnasked(OneTokenPerStep):
+    """Ends a request as ``Aborted`` on its third token though nobody paused it in abort mode (an engine that
+    decides an end on its own, as a lost abort race would look)."""
+
+    def step(self):
+        for req_id in list(self.running):
+            if self.generated[req_id] == 2:
+                self._report(rp.Aborted, req_id)
+                self.running.remove(req_id)
+        return super().step()
+
+
+class IgnoresPauseAbort(OneTokenPerStep):
+    """Answers a pause in abort mode as done but keeps every request running (the mode lost on the way)."""
+
+    def control(self, call_id, method, level, tags):
+        self.rpcs.append(call_id)

@@ -118,7 +118,11 @@ def test_a_prompt_that_is_not_a_prompt_is_refused_and_changes_nothing(prompt: An
 
 
 @pytest.mark.parametrize(("fields", "error", "message"), [
-    ({"token_ids": [1, 2]}, TypeError, r"Prompt.token_ids must be a tuple of ints, not \[1, 2\]"),
+    ({"token_ids": "12"}, TypeError, r"Prompt.token_ids must be a tuple of ints, not '12'"),
+    ({"token_ids": (1,), "text": "a b"}, ValueError, "a Prompt has token_ids or text, not both"),
+    ({"text": b"a b"}, TypeError, "Prompt.text must be a str"),
+    ({"sampling": {"seed": 1}}, TypeError, "Prompt.sampling must be a Sampling"),
+    ({"negative": (1, "x")}, TypeError, "Prompt.negative must be a tuple of ints"),
     ({"token_ids": (1, "2")}, TypeError, "Prompt.token_ids must be a tuple of ints"),
     ({"max_tokens": 0}, ValueError, "Prompt.max_tokens must be an int >= 1, not 0"),
     ({"height": 0}, ValueError, "Prompt.height must be an int >= 1, not 0"),

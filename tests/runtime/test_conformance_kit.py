@@ -13,11 +13,13 @@ from faulty_runtimes import (
     FAULTY,
     AbortMissesWait,
     AbortOfEndedSaysFailed,
+    AbortsUnasked,
     DiesAtOnce,
     FinishesOnlyAtShutdown,
     FirstOfBatchOnly,
     HonoursPause,
     IgnoredAbort,
+    IgnoresPauseAbort,
     MislabelledAbortResult,
     NeverIdle,
     OneTokenPerStep,
@@ -28,7 +30,8 @@ from faulty_runtimes import (
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis.stateful import run_state_machine_as_test
 
-from omni_fsm import ControlMethod, StageKind
+from omni_fsm import ControlMethod, Outcome, StageKind
+from omni_runtime import Engine, Prompt, simple_pipeline
 from omni_runtime import protocol as rp
 from omni_runtime.pipeline import StageSpec
 from omni_runtime.runtimes.sim import SimConfig, sim_replica
@@ -242,7 +245,8 @@ def test_a_runtime_that_dies_is_judged_by_what_its_death_excuses_unless_it_may_d
 
 
 def test_a_dead_replica_reports_nothing_more():
-    died_then = r"(StatusChanged|Output|Finished|Failed|AbortResult|RpcResult) after the replica reported its death"
+    reports = "StatusChanged|Output|Finished|Failed|Aborted|AbortResult|RpcResult"
+    died_then = rf"({reports}) after the replica reported its death"
     with pytest.raises(ConformanceError, match=rf"^ORCH-INV-101 .*{died_then}"):
         check_runtime(SpeaksAfterDeath, max_examples=40, shrink=False, may_die=True)
 
@@ -298,3 +302,40 @@ def test_pytest_plugin_calls_a_wrong_factory_name_a_usage_error(spec, why):
 def test_kit_names_what_a_factory_made_that_is_not_a_runtime():
     with pytest.raises(ConformanceError, match=r"the factory made a object, not a StageRuntime \(it lacks bind, "):
         check_runtime(lambda spec, stage, replica, rpc_fails: object(), max_examples=1)
+
+
+def test_kit_fails_an_engine_abort_nobody_asked_for():
+    with pytest.raises(ConformanceError, match=r"^ORCH-INV-101 \(engine_aborts_only_when_paused_in_abort_mode\) "
+                                               r".*no pause in abort mode was asked for"):  # fmt: skip
+        check_runtime(AbortsUnasked, max_examples=60, shrink=False)
+
+
+def test_kit_fails_a_pause_in_abort_mode_answered_done_while_requests_run():
+    machine = make_machine(IgnoresPauseAbort)()
+    machine.start(AR)
+    machine.add(req_id=3, tokens=[1], samples=2)
+    machine.control(ControlMethod.PAUSE_SCHEDULER, frozenset({"abort"}))
+    with pytest.raises(ConformanceError, match=r"for 3: StatusChanged after a pause in abort mode was answered done"):
+        machine.step(steps=2)
+        machine.stream_is_clean()
+
+
+def test_a_pause_in_abort_mode_ends_each_request_in_flight_as_aborted_with_its_prefix():
+    """Through the engine: the requests in flight end ``abort`` (never ``error``) with the tokens they made; one
+    submitted while paused waits and runs after resume."""
+    pipeline = simple_pipeline([StageKind.AR], max_tokens=8)
+    engine = Engine(pipeline, [[OneTokenPerStep(pipeline.stages[0], 0, 0, False)]])
+    first, second = engine.submit(Prompt((1,))), engine.submit(Prompt((2,)))
+    engine.host.pump()
+    engine.host.pump()
+    engine.control(ControlMethod.PAUSE_SCHEDULER, tags=frozenset({"abort"}))
+    late = engine.submit(Prompt((3,)))
+    engine.control(ControlMethod.RESUME_SCHEDULER)
+    ends = {rid: list(engine.outputs(rid)) for rid in (first, second, late)}
+    for rid in (first, second):
+        terminal = ends[rid][-1]
+        streamed = sum(len(m.data) for m in ends[rid][:-1])
+        assert (terminal.outcome, terminal.reason) == (Outcome.ABORTED, "abort") and streamed >= 1
+        assert len(terminal.data) == streamed == terminal.cumulative
+    assert (ends[late][-1].outcome, ends[late][-1].reason) == (Outcome.FINISHED, "length")
+    engine.shutdown()

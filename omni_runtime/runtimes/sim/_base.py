@@ -11,6 +11,7 @@ from omni_runtime import protocol as rp
 from omni_runtime.adapters import StageInput
 from omni_runtime.pipeline import StageSpec
 from omni_runtime.runtimes.sim.config import SimConfig
+from omni_runtime.text import IncrementalText, Tokenizer, stage_tokens
 
 
 def request_rng(seed: int, stage: int, req_id: int) -> random.Random:
@@ -22,10 +23,14 @@ class SimRequest:
     """One request inside a simulated replica."""
 
     __slots__ = ("abort_fails", "chunk_at", "fail", "generated", "length", "no_output", "park", "phase",
-                 "preempt_at", "req_id", "rng", "seq", "stage_input")  # fmt: skip
+                 "preempt_at", "prompt", "req_id", "rng", "seq", "stage_input", "text", "tokens")  # fmt: skip
 
     def __init__(self, req_id: int, stage_input: StageInput, rng: random.Random) -> None:
         self.req_id, self.stage_input, self.rng = req_id, stage_input, rng
+        self.prompt: tuple[int, ...] = ()  #: the prompt's token ids (text tokenized by the stage)
+        self.text: IncrementalText | None = None  #: AR, detokenizing: the output text so far
+        #: AR: what samples its tokens: its sampling seed's own generator, else the request's
+        self.tokens: random.Random = rng
         self.phase = "waiting"
         self.seq = self.generated = self.length = 0
         self.park: rp.Status | None = None  #: the wait it parks in before running, if any
@@ -45,7 +50,8 @@ class SimReplica:
         self.steps = 0
         self.dead = self.closed = False
         self._sink: rp.ReportSink | None = None
-        self._rpcs: list[int] = []
+        self._rpcs: list[tuple[int, str | None]] = []  #: (call id, the worker's error) of the RPCs to answer
+        self.tokenizer: Tokenizer | None = None  #: the stage's tokenizer (AR stages have one)
         self._delayed: list[tuple[int, rp.Report]] = []
         self._end_of_step: list[rp.Report] = []
 
@@ -58,6 +64,7 @@ class SimReplica:
         if self.dead or self.closed:
             return
         req = SimRequest(req_id, stage_input, request_rng(self.seed, self.stage, req_id))
+        req.prompt = stage_tokens(stage_input, self.tokenizer)
         self.plan(req)
         self.requests[req_id] = req
 
@@ -74,8 +81,23 @@ class SimReplica:
             self.emit(rp.AbortResult(abort_id, req_id, True))
 
     def control(self, call_id: int, method: ControlMethod, level: int, tags: frozenset[str]) -> None:
-        if not (self.dead or self.closed):
-            self._rpcs.append(call_id)
+        """Take a control RPC as it arrives (answered at the next step); a pause in abort mode ends every request
+        in flight now, each reported ``Aborted`` (a request added later waits for resume)."""
+        if self.dead or self.closed:
+            return
+        error = None
+        if self.rng.random() < self.config.rpc_error:
+            error = "WorkerError: injected failure in a worker"
+        elif method is ControlMethod.PAUSE_SCHEDULER:
+            try:
+                mode = rp.pause_mode(tags)
+            except ValueError as exc:
+                mode, error = "keep", f"ValueError: {exc}"
+            if mode == "abort":
+                for req in list(self.requests.values()):
+                    self.report(req, rp.Aborted)
+                self.requests.clear()
+        self._rpcs.append((call_id, error))
 
     def step(self) -> bool:
         if self.dead or self.closed:
@@ -83,11 +105,8 @@ class SimReplica:
         self.steps += 1
         if self._die():
             return False
-        for call_id in self._rpcs:
-            if self.rng.random() < self.config.rpc_error:
-                self.emit(rp.RpcResult(call_id, False, "WorkerError: injected failure in a worker"))
-            else:
-                self.emit(rp.RpcResult(call_id, True))
+        for call_id, error in self._rpcs:
+            self.emit(rp.RpcResult(call_id, error is None, error))
         self._rpcs.clear()
         self.work()
         self._release_delayed()

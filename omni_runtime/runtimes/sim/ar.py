@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import random
+from typing import Any
+
 from omni_fsm import StopKind
 from omni_runtime import protocol as rp
 from omni_runtime.runtimes.sim._base import SimReplica, SimRequest
+from omni_runtime.runtimes.sim.text import VOCAB, SimTokenizer
+from omni_runtime.text import IncrementalText
 
 _S = rp.Status
 
@@ -16,11 +21,24 @@ class SimAR(SimReplica):
     a slot) before it runs; a running one may be preempted (back to the queue) or wait for an
     input chunk; a request whose prompt is 'too long' finishes from the queue with nothing generated.
     An abort drops the request at once: its generated prefix is what it already reported.
+
+    Text: prompts given as text are tokenized with ``SimTokenizer``; outputs carry their text (unless the
+    request's sampling says ``detokenize=False``) and a stop string found in it ends the request (``stop``,
+    with the string). A sampling ``seed`` fixes the tokens sampled.
     """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.tokenizer = self.words = SimTokenizer()
 
     def plan(self, req: SimRequest) -> None:
         super().plan(req)
         cfg, rng = self.config, req.rng
+        sampling = req.stage_input.sampling
+        if sampling is not None and sampling.seed is not None:
+            req.tokens = random.Random(sampling.seed)
+        if sampling is None or sampling.detokenize:
+            req.text = IncrementalText(self.words, sampling.stop if sampling is not None else ())
         cap = req.stage_input.max_tokens or self.spec.max_tokens
         req.length = rng.randint(1, cap)
         if rng.random() < cfg.park:
@@ -64,9 +82,14 @@ class SimAR(SimReplica):
             return
         if not req.no_output:
             count = min(req.rng.randint(1, 2), req.length - req.generated)
-            tokens = tuple(req.rng.randrange(32000) for _ in range(count))
-            self.report(req, rp.Output, count, tokens)
+            tokens = tuple(req.tokens.randrange(VOCAB) for _ in range(count))
+            text = req.text.add(tokens) if req.text is not None else None
+            self.report(req, rp.Output, count, tokens, text)
             req.generated += count
+            if req.text is not None and req.text.stop_reason is not None:  # found above the scheduler: ended here
+                self.report(req, rp.Finished, StopKind.STOP, None, req.text.stop_reason)
+                del self.requests[req.req_id]
+                return
         if req.no_output or req.generated >= req.length:
             cap = req.stage_input.max_tokens or self.spec.max_tokens
             self.report(req, rp.Finished, StopKind.LENGTH if req.generated >= cap else StopKind.STOP)
