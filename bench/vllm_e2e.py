@@ -9,12 +9,17 @@
   every request's terminal arrived.
 
 Each figure is the median over the runs (at least 11 of each); tokens are counted from what each
-side returned (both must return the same tokens; a request that samples EOS ends before 128: the
-runtime's requests do not ignore EOS yet). ``orchestrator_us_per_token`` is the
-orchestrated run's time minus the bare run's, per generated token, median over the pairs.
+side returned (both must return the same tokens; both ignore EOS, so each request makes 128).
+The orchestrated requests ask for token ids only (``detokenize=False``), as the bare side gets.
+``orchestrator_us_per_token`` is the orchestrated run's time minus the bare run's, per generated
+token, median over the pairs; ``overhead_ratio`` is the orchestrated run's time over the bare run's,
+median over the pairs (each pair runs back to back, so a shared machine's drifting load cancels out).
 
-Not measured yet: the two-stage pipeline's time to first token and per-hop latency (it needs stage
-processes); the last line says ``ttft_p50_ms=n/a`` until then.
+Then the two-stage pipeline (thinker -> talker, the thinker's text tokenized by the talker), each
+stage an ``EngineCore`` in a process of its own (``ProcessRuntime``): 16 concurrent text requests, 16
+tokens per stage. Time to first token: from submit to the client's first message with text (the
+talker's first output). Per-hop latency: from the thinker's finish (as the orchestrator took it) to
+the talker's first output of the same request. p50 and p99 over the requests.
 
 Last line: ``vllm_e2e: bare_tok_s=... orchestrated_tok_s=... orchestrator_us_per_token=... ttft_p50_ms=...
 overhead_ratio=...``.
@@ -38,7 +43,9 @@ for key, value in {"HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TR
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from omni_fsm import StageKind  # noqa: E402
-from omni_runtime import Engine, Prompt, simple_pipeline  # noqa: E402
+from omni_fsm import events as ev  # noqa: E402
+from omni_runtime import Engine, Prompt, Sampling, simple_pipeline  # noqa: E402
+from omni_runtime.runtimes.process import ProcessRuntime  # noqa: E402
 from omni_runtime.runtimes.vllm import RequestPlan, SchedulerOptions, VllmSchedulerRuntime  # noqa: E402
 from omni_runtime.runtimes.vllm._engine import CoreEngine  # noqa: E402
 from omni_runtime.runtimes.vllm.tiny import build_tiny_llama  # noqa: E402
@@ -58,7 +65,7 @@ def run_bare(core: Any, run: int) -> tuple[float, list[list[int]]]:
     tokens: dict[str, list[int]] = {}
     start = time.perf_counter()
     for i, prompt in enumerate(prompts()):
-        params = SamplingParams(max_tokens=TOKENS, temperature=0.0)  # as the runtime asks: EOS ends a request
+        params = SamplingParams(max_tokens=TOKENS, temperature=0.0, ignore_eos=True, detokenize=False)
         params.update_from_generation_config({}, eos_token_id=2)
         rid = f"bare-{run}-{i}"
         tokens[rid] = []
@@ -80,7 +87,8 @@ def run_orchestrated(core: Any) -> tuple[float, list[list[int]]]:
     runtime.engine.shutdown = lambda: None  # type: ignore[method-assign]  # the core outlives this run
     engine = Engine(pipeline, [[runtime]])
     start = time.perf_counter()
-    rids = [engine.submit(Prompt(tuple(p), max_tokens=TOKENS)) for p in prompts()]
+    sampling = Sampling(temperature=0.0, ignore_eos=True, detokenize=False)
+    rids = [engine.submit(Prompt(tuple(p), max_tokens=TOKENS, sampling=sampling)) for p in prompts()]
     engine.run_until_idle()
     ends = [list(engine.outputs(rid))[-1] for rid in rids]
     spent = time.perf_counter() - start
@@ -88,9 +96,59 @@ def run_orchestrated(core: Any) -> tuple[float, list[list[int]]]:
     return spent, [list(m.data) for m in ends]
 
 
+HOP_TOKENS = 16
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Return the ``q`` quantile (nearest rank) of ``values``."""
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q * len(ordered) + 0.5) - 1))]
+
+
+def run_two_stage(model: str) -> tuple[list[float], list[float], int]:
+    """Return each request's time to first token and per-hop latency (ms) through thinker -> talker on stage
+    processes, and the tokens the client got."""
+    pipeline = simple_pipeline([StageKind.AR, StageKind.AR], [False, True], max_running=CONCURRENT,
+                               max_tokens=HOP_TOKENS)  # fmt: skip
+    runtimes = [[ProcessRuntime("omni_runtime.runtimes.vllm:engine_factory", spec, i, 0, model)]
+                for i, spec in enumerate(pipeline.stages)]  # fmt: skip
+    finished_at: dict[int, float] = {}
+    hop: dict[int, float] = {}
+
+    def on_step(event: Any, outputs: Any) -> None:
+        if isinstance(event, ev.StageFinished) and event.stage == 0:
+            finished_at[event.rid] = time.perf_counter()
+        elif isinstance(event, ev.StageOutput) and event.stage == 1 and event.rid not in hop:
+            hop[event.rid] = (time.perf_counter() - finished_at[event.rid]) * 1e3
+
+    engine = Engine(pipeline, runtimes, on_step=on_step)
+    engine.generate(Prompt(text="w1 w2", max_tokens=2))  # both stage processes up and warm
+    hop.clear()
+    sampling = Sampling(temperature=0.0, ignore_eos=True)
+    submitted = {}
+    for i in range(CONCURRENT):
+        rid = engine.submit(Prompt(text=" ".join(f"w{10 + (i * 7 + k) % 900}" for k in range(5)),
+                                   max_tokens=HOP_TOKENS, sampling=sampling))  # fmt: skip
+        submitted[rid] = time.perf_counter()
+    first: dict[int, float] = {}
+    tokens = 0
+    while len(first) < CONCURRENT or engine.orchestrator.open_requests():
+        engine.host.pump()
+        for rid in submitted:
+            box = engine.host.mailboxes.get(rid)
+            while box:
+                message = box.popleft()
+                if message.text and rid not in first:
+                    first[rid] = (time.perf_counter() - submitted[rid]) * 1e3
+                if message.finished:
+                    tokens += len(message.data or ())
+    engine.shutdown()
+    return list(first.values()), [hop[rid] for rid in submitted], tokens
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--runs", type=int, default=11, help="runs of each side, at least 11 (default 11)")
+    parser.add_argument("--runs", type=int, default=21, help="runs of each side, at least 11 (default 21)")
     args = parser.parse_args(argv)
     if args.runs < 11:
         parser.error("--runs must be at least 11")
@@ -105,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     core = EngineCore(config, Executor.get_class(config), log_stats=False)
     run_bare(core, -1)  # warm up
     run_orchestrated(core)
-    bare, orchestrated, extra = [], [], []
+    bare, orchestrated, extra, ratios = [], [], [], []
     for k in range(args.runs):
         b, bare_tokens = run_bare(core, k)
         o, our_tokens = run_orchestrated(core)
@@ -116,13 +174,18 @@ def main(argv: list[str] | None = None) -> int:
         bare.append(generated / b)
         orchestrated.append(generated / o)
         extra.append((o - b) / generated * 1e6)
+        ratios.append(o / b)
         print(f"run {k}: requests={len(our_tokens)} tokens={generated} bare_s={b:.3f} orchestrated_s={o:.3f}",
               flush=True)  # fmt: skip
     core.shutdown()
+    ttft, hops, client_tokens = run_two_stage(model)
+    print(f"two-stage: requests={len(ttft)} client_tokens={client_tokens} ttft_p50_ms={percentile(ttft, 0.5):.1f} "
+          f"ttft_p99_ms={percentile(ttft, 0.99):.1f} hop_p50_ms={percentile(hops, 0.5):.1f} "
+          f"hop_p99_ms={percentile(hops, 0.99):.1f}", flush=True)  # fmt: skip
     bare_tok_s, ours_tok_s = statistics.median(bare), statistics.median(orchestrated)
     print(f"vllm_e2e: bare_tok_s={bare_tok_s:.0f} orchestrated_tok_s={ours_tok_s:.0f} "
-          f"orchestrator_us_per_token={statistics.median(extra):.1f} ttft_p50_ms=n/a "
-          f"overhead_ratio={bare_tok_s / ours_tok_s:.3f}")  # fmt: skip
+          f"orchestrator_us_per_token={statistics.median(extra):.1f} ttft_p50_ms={percentile(ttft, 0.5):.1f} "
+          f"overhead_ratio={statistics.median(ratios):.3f}")  # fmt: skip
     return 0
 
 

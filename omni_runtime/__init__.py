@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from omni_runtime.adapters import INPUT_ADAPTERS, OUTPUT_ADAPTERS, Prompt, StageInput
+from omni_runtime.adapters import INPUT_ADAPTERS, OUTPUT_ADAPTERS, Prompt, Sampling, StageInput
 from omni_runtime.commands import (
     AbortAnswer,
     AbortAt,
@@ -45,8 +45,9 @@ from omni_runtime.pipeline import (
     require_pipeline,
     simple_pipeline,
 )
-from omni_runtime.protocol import StageRuntime
+from omni_runtime.protocol import PAUSE_MODES, StageRuntime, StreamingInput
 from omni_runtime.sync import Engine
+from omni_runtime.text import IncrementalText, Tokenizer
 
 if TYPE_CHECKING:  # for type checkers; at run time ``__getattr__`` imports it on first use
     from omni_runtime.driver import AsyncEngine
@@ -65,6 +66,7 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "INPUT_ADAPTERS",
     "OUTPUT_ADAPTERS",
+    "PAUSE_MODES",
     "AbortAnswer",
     "AbortAt",
     "AsyncEngine",
@@ -78,6 +80,7 @@ __all__ = [
     "EngineChanged",
     "EngineNotRunning",
     "Host",
+    "IncrementalText",
     "OmniRuntimeError",
     "OptionError",
     "Orchestrator",
@@ -89,11 +92,14 @@ __all__ = [
     "RpcAnswer",
     "RpcCall",
     "RpcError",
+    "Sampling",
     "StageInput",
     "StageRuntime",
     "StageSpec",
     "StopOrchestrator",
     "StopRuntimes",
+    "StreamingInput",
+    "Tokenizer",
     "load_pipeline",
     "parse_pipeline",
     "require_pipeline",

@@ -466,13 +466,15 @@ class Orchestrator:
         raise EngineNotRunning(f"stage {stage} has no live replica")
 
     def _on_emitted(self, o: ob.Emitted, out: Commands) -> None:
-        source = self.routes.get(dependent_id(o.rid, o.sample) if o.sample >= 0 else o.rid)
         adapter = self._outputs[o.stage]
+        if not o.finished and not o.stage_final:  # a partial output (the hot path): what the output being fed carries
+            out.append(cmd.Deliver(cmd.ClientMessage(o.rid, o.stage, adapter.delta(self._payload), False, False,
+                                                     o.outcome, o.reason, o.sample, o.cumulative, None, self._text)))
+            return
+        source = self.routes.get(dependent_id(o.rid, o.sample) if o.sample >= 0 else o.rid)
         data: Any = None
         error = text = stop_reason = None
-        if not o.finished and not o.stage_final:
-            data, text = adapter.delta(self._payload), self._text
-        elif source is not None and (o.outcome in (None, Outcome.FINISHED)
+        if source is not None and (o.outcome in (None, Outcome.FINISHED)
                                      or (o.outcome is Outcome.ABORTED and o.cumulative)):  # the core sized the prefix
             data, text = adapter.result(source.result), source.text
             if o.outcome is not Outcome.ABORTED:

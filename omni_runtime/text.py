@@ -26,33 +26,47 @@ class Tokenizer(Protocol):
         """Return the text of ``token_ids``."""
 
 
-def stage_tokens(stage_input: StageInput, tokenizer: Tokenizer | None) -> tuple[int, ...]:
+def stage_tokens(stage_input: StageInput, tokenizer: Tokenizer | None, continuation: bool = False) -> tuple[int, ...]:
     """Return the token ids a stage runs ``stage_input`` on: its ids, else its text tokenized by the stage.
 
-    Raises ``ValueError`` for text given to a stage that has no tokenizer.
+    ``continuation``: the text continues a prompt (a later part of a streamed input), so the special tokens a
+    prompt starts with (what the tokenizer puts before any text) are left out. Raises ``ValueError`` for text
+    given to a stage that has no tokenizer.
     """
     if stage_input.text is None or stage_input.token_ids:
         return stage_input.token_ids
     if tokenizer is None:
         raise ValueError("this stage has no tokenizer: give it token ids, not text")
-    return tuple(tokenizer.encode(stage_input.text))
+    ids = tuple(tokenizer.encode(stage_input.text))
+    if continuation:
+        start = tuple(tokenizer.encode(""))
+        if start and ids[: len(start)] == start:
+            ids = ids[len(start):]
+    return ids
 
 
 class IncrementalText:
     """One request's output text as its tokens arrive, and the first stop string that appears in it.
 
     ``add(token_ids)`` returns the new text (never past a stop string); ``stop_reason`` is the stop string
-    found (``None`` while none is). The whole output is decoded each time, as vLLM's slow path does: a word
-    piece that only makes sense with the next token is never emitted half-done.
+    found (``None`` while none is). The output is decoded after the last few prompt tokens and the text they
+    make is cut off, as vLLM's detokenizer does, so the output reads as the prompt's continuation (a word-level
+    tokenizer puts a space before its first word); the whole output is decoded each time, so a word piece that
+    only makes sense with the next token is never emitted half-done.
     """
 
-    __slots__ = ("_ids", "_longest", "_stops", "_tokenizer", "stop_reason", "text")
+    __slots__ = ("_context", "_ids", "_longest", "_stops", "_tokenizer", "stop_reason", "text")
 
-    def __init__(self, tokenizer: Tokenizer, stop: Sequence[str] = ()) -> None:
+    #: prompt tokens decoded before the output (vLLM's initial incremental detokenization offset)
+    CONTEXT = 5
+
+    def __init__(self, tokenizer: Tokenizer, stop: Sequence[str] = (), prompt: Sequence[int] = ()) -> None:
         self._tokenizer = tokenizer
         self._stops = tuple(s for s in stop if s)
         self._longest = max((len(s) for s in self._stops), default=0)
-        self._ids: list[int] = []
+        tail = list(prompt[-self.CONTEXT:])
+        self._context = len(tokenizer.decode(tail)) if tail else 0
+        self._ids: list[int] = tail
         self.text = ""  #: the text emitted so far
         self.stop_reason: str | None = None
 
@@ -61,7 +75,7 @@ class IncrementalText:
         if self.stop_reason is not None:
             return ""
         self._ids += token_ids
-        full = self._tokenizer.decode(self._ids)
+        full = self._tokenizer.decode(self._ids)[self._context:]
         if self._stops:
             start = max(0, len(self.text) - self._longest + 1)  # a stop string may straddle the old text's end
             hits = [(at, s) for s in self._stops if (at := full.find(s, start)) >= 0]

@@ -38,7 +38,7 @@ class SimAR(SimReplica):
         if sampling is not None and sampling.seed is not None:
             req.tokens = random.Random(sampling.seed)
         if sampling is None or sampling.detokenize:
-            req.text = IncrementalText(self.words, sampling.stop if sampling is not None else ())
+            req.text = IncrementalText(self.words, sampling.stop if sampling is not None else (), req.prompt)
         cap = req.stage_input.max_tokens or self.spec.max_tokens
         req.length = rng.randint(1, cap)
         if rng.random() < cfg.park:

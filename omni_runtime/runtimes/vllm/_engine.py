@@ -13,11 +13,12 @@ from vllm.v1.core.sched.interface import PauseState
 from vllm.v1.core.sched.output import SchedulerOutput
 from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.outputs import ModelRunnerOutput
-from vllm.v1.request import Request
+from vllm.v1.request import Request, RequestStatus
 
 from omni_fsm import ControlMethod
 from omni_runtime.runtimes.vllm._config import SchedulerOptions, block_hasher, build_scheduler
 from omni_runtime.runtimes.vllm._standin import OmniStandInConnector, StandInModel
+from omni_runtime.runtimes.vllm.tiny import FileTokenizer, TinyWords
 
 
 class StandInEngine:
@@ -29,6 +30,7 @@ class StandInEngine:
         self.connector = connector if isinstance(connector, OmniStandInConnector) else None
         self.model = StandInModel(self.scheduler.requests, self.connector)
         self.block_hasher = block_hasher(options.block_size)
+        self.tokenizer = TinyWords()
         self._held: set[ControlMethod] = set()
 
     def add_request(self, request: Request) -> None:
@@ -37,8 +39,12 @@ class StandInEngine:
     def execute(self, so: SchedulerOutput) -> ModelRunnerOutput:
         return self.model.execute(so)
 
-    def control(self, method: ControlMethod) -> None:
-        """Pause (or sleep): vLLM's scheduler schedules no tokens until resume (or wake); transfers go on."""
+    def control(self, method: ControlMethod, mode: str = "keep") -> None:
+        """Pause (or sleep): vLLM's scheduler schedules no tokens until resume (or wake); transfers go on. A pause
+        in ``abort`` mode first ends every request, as vLLM's in-process engine does; ``wait`` mode it refuses."""
+        _check_mode(method, mode)
+        if method is ControlMethod.PAUSE_SCHEDULER and mode == "abort":
+            self.scheduler.finish_requests(None, RequestStatus.FINISHED_ABORTED)
         if method in (ControlMethod.PAUSE_SCHEDULER, ControlMethod.SLEEP):
             self._held.add(method)
         else:
@@ -82,6 +88,7 @@ class CoreEngine:
         self.scheduler = cast(Scheduler, self.core.scheduler)
         self.connector = None
         self.block_hasher = self.core.request_block_hasher
+        self.tokenizer = FileTokenizer(self.core.vllm_config.model_config.model)
 
     def add_request(self, request: Request) -> None:
         self.core.add_request(request)
@@ -95,15 +102,16 @@ class CoreEngine:
             output = executor.sample_tokens(grammar)
         return output  # type: ignore[no-any-return]
 
-    def control(self, method: ControlMethod) -> None:
+    def control(self, method: ControlMethod, mode: str = "keep") -> None:
         """Run a control RPC on the engine itself; raise ``SleepNotSupported`` for sleep on the CPU build.
 
-        A pause keeps the requests (``mode="keep"``: vLLM's default ``"abort"`` would end them without a
-        report the protocol has yet); sleep is refused before it reaches the engine, where the CPU build
-        ignores it but still preempts every running request.
+        A pause takes its ``mode`` (``keep``: the requests stay, parked, until resume; ``abort``: the engine ends
+        every request, each reported ``Aborted``; ``wait``: refused by vLLM's in-process engine); sleep is refused
+        before it reaches the engine, where the CPU build ignores it but still preempts every running request.
         """
+        _check_mode(method, mode)
         if method is ControlMethod.PAUSE_SCHEDULER:
-            self.core.pause_scheduler(mode="keep", clear_cache=False)
+            self.core.pause_scheduler(mode=mode, clear_cache=False)
         elif method is ControlMethod.RESUME_SCHEDULER:
             self.core.resume_scheduler()
         elif method is ControlMethod.SLEEP and _cpu_build():
@@ -111,6 +119,13 @@ class CoreEngine:
 
     def shutdown(self) -> None:
         self.core.shutdown()
+
+
+def _check_mode(method: ControlMethod, mode: str) -> None:
+    if mode == "wait":
+        raise ValueError("'wait' mode can't be used in inproc-engine mode (vLLM's own refusal, made here first)")
+    if mode != "keep" and method is not ControlMethod.PAUSE_SCHEDULER:
+        raise ValueError(f"{method.value} takes no pause mode ({mode!r})")
 
 
 class SleepNotSupported(RuntimeError):

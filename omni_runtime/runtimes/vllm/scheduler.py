@@ -24,7 +24,7 @@ from vllm.v1.request import Request, RequestStatus
 
 from omni_fsm import ControlMethod, StopKind
 from omni_runtime import protocol as rp
-from omni_runtime.adapters import StageInput
+from omni_runtime.adapters import Sampling, StageInput
 from omni_runtime.pipeline import StageSpec
 from omni_runtime.runtimes.vllm._config import SchedulerOptions, free_blocks
 from omni_runtime.runtimes.vllm._engine import CoreEngine, StandInEngine
@@ -32,9 +32,16 @@ from omni_runtime.runtimes.vllm._observe import ObservedRequest
 from omni_runtime.runtimes.vllm._plan import RequestPlan, plan_for
 from omni_runtime.runtimes.vllm._standin import compile_grammar, grammar_future
 from omni_runtime.runtimes.vllm.tiny import EOS_TOKEN_ID, TINY_LLAMA
+from omni_runtime.text import IncrementalText, stage_tokens
 
 RS = RequestStatus
 S = rp.Status
+#: a request's sampling when its stage input names none: greedy (the stand-in model samples what its plan says)
+_GREEDY = Sampling(temperature=0.0)
+
+
+class _WorkerError(RuntimeError):
+    """What a worker raises in a control RPC when the runtime is made with ``rpc_fails``."""
 
 #: a move into one of these statuses is reported as this ``Status``
 _MOVE_REPORT: dict[RequestStatus, rp.Status] = {
@@ -101,10 +108,13 @@ def _reports_for(moves: tuple[tuple[RequestStatus | None, RequestStatus], ...]) 
 class _Live:
     """The binding's view of one request it accepted and has not ended."""
 
-    __slots__ = ("added_at", "grammar", "plan", "req_id", "request", "seq", "stream_left", "turn_end")
+    __slots__ = ("added_at", "grammar", "plan", "req_id", "request", "resumable", "sampling", "seq", "stream_left",
+                 "text", "turn_end")  # fmt: skip
 
-    def __init__(self, req_id: int, plan: RequestPlan, added_at: int) -> None:
-        self.req_id, self.plan, self.added_at, self.seq = req_id, plan, added_at, 0
+    def __init__(self, req_id: int, plan: RequestPlan, added_at: int, sampling: Sampling | None) -> None:
+        self.req_id, self.plan, self.added_at, self.seq, self.sampling = req_id, plan, added_at, 0, sampling
+        self.text: IncrementalText | None = None  #: its output text so far (when it detokenizes)
+        self.resumable = plan.streaming  #: a streaming-input session
         self.turn_end: StopKind | None = StopKind.STOP  #: how its last streaming-input turn ended
         self.request: Request | None = None
         self.grammar: Any = None  #: the grammar compilation in flight
@@ -141,7 +151,8 @@ class VllmSchedulerRuntime:
         self._refused: list[tuple[int, str]] = []
         #: vLLM id -> (abort id, req id) of the aborts owed once vLLM let go of the request (a KV transfer held it)
         self._deferred: dict[str, list[tuple[int, int]]] = {}
-        self._rpcs: list[tuple[int, ControlMethod]] = []
+        self._rpcs: list[tuple[int, str | None]] = []  #: (call id, error) of the control RPCs to answer
+        self._engine_aborts = False  #: within a pause in abort mode: an abort nobody sent is the engine's
         self._held: set[ControlMethod] = set()  #: PAUSE_SCHEDULER and SLEEP in effect
         self._in_flight: list[tuple[Any, Any]] = []  #: asynchronous scheduling: batches scheduled, output not applied
         self.steps = 0
@@ -158,7 +169,13 @@ class VllmSchedulerRuntime:
     def add_request(self, req_id: int, stage_input: StageInput) -> None:
         if self.closed:
             return
-        problem = self._refusal(stage_input.token_ids)
+        problem: str | None
+        try:
+            token_ids = stage_tokens(stage_input, self.engine.tokenizer)
+        except ValueError as exc:
+            token_ids, problem = (), str(exc)
+        else:
+            problem = self._refusal(token_ids)
         if problem is not None:
             self._refused.append((req_id, problem))
             return
@@ -166,9 +183,13 @@ class VllmSchedulerRuntime:
         if isinstance(self.engine, CoreEngine) and plan.stand_in_only():
             raise ValueError(f"request {req_id}: {', '.join(plan.stand_in_only())} describe the stand-in model and "
                              f"its world; a real engine decides them itself")  # fmt: skip
-        live = _Live(req_id, plan, self.steps)
+        sampling = stage_input.sampling
+        live = _Live(req_id, plan, self.steps, sampling)
+        live.resumable = plan.streaming or stage_input.streaming
+        if sampling is None or sampling.detokenize:
+            live.text = IncrementalText(self.engine.tokenizer, sampling.stop if sampling is not None else (), token_ids)
         self._live[req_id] = live
-        live.request = self._request(live, stage_input.token_ids, plan.streaming)
+        live.request = self._request(live, token_ids, live.resumable)
         if plan.grammar_steps is not None:
             assert live.request.structured_output_request is not None
             live.grammar = live.request.structured_output_request.grammar = grammar_future()
@@ -211,9 +232,46 @@ class VllmSchedulerRuntime:
             else:
                 self._emit(rp.AbortResult(abort_id, req_id, True))
 
+    def feed_input(self, req_id: int, part: StageInput, last: bool) -> None:
+        """Queue the next part of a streaming-input session's input (``last``: its input ends with it); vLLM takes
+        it at the next step as an update of the same request."""
+        live = self._live.get(req_id)
+        if self.closed or live is None:
+            return
+        if not live.resumable:
+            raise ValueError(f"request {req_id} is not a streaming-input session")
+        tokens = stage_tokens(part, self.engine.tokenizer, continuation=True)
+        if tokens:
+            live.stream_left.append((self.steps, tuple(tokens)))
+        if last:
+            live.stream_left.append((self.steps, None))
+            live.resumable = False
+
     def control(self, call_id: int, method: ControlMethod, level: int, tags: frozenset[str]) -> None:
-        if not self.closed:
-            self._rpcs.append((call_id, method))
+        """Take a control RPC as it arrives (answered at the next step): the engine runs it now, so a pause in
+        abort mode ends the requests in flight, each reported ``Aborted``, and none added after it."""
+        if self.closed:
+            return
+        error = None
+        try:
+            mode = rp.pause_mode(tags) if method is ControlMethod.PAUSE_SCHEDULER else "keep"
+            if self.rpc_fails:
+                raise _WorkerError(f"{method.value} raised in a worker")
+            self._flush()
+            self._engine_aborts = mode == "abort"
+            self.engine.control(method, mode)
+            self._flush()
+        except Exception as exc:  # the engine refused or failed it: nothing changed, the caller is told
+            error = f"{type(exc).__name__}: {exc}"
+        finally:
+            self._engine_aborts = False
+        if error is None:
+            if method in (ControlMethod.PAUSE_SCHEDULER, ControlMethod.SLEEP):
+                self._held.add(method)
+            else:
+                self._held.discard(ControlMethod.SLEEP if method is ControlMethod.WAKE_UP else
+                                   ControlMethod.PAUSE_SCHEDULER)  # fmt: skip
+        self._rpcs.append((call_id, error))
 
     def step(self) -> bool:
         if self.closed:
@@ -282,9 +340,11 @@ class VllmSchedulerRuntime:
     def _request(self, live: _Live, token_ids: Sequence[int] | None, resumable: bool) -> Request:
         """Return the request vLLM schedules (observed), or, once it exists, a carrier of a streamed-input update
         (a plain ``Request`` for the same id: vLLM copies its fields into the session and never schedules it)."""
-        plan = live.plan
-        params = SamplingParams(max_tokens=plan.max_tokens, temperature=0.0,
-                                stop_token_ids=[plan.stop_at[1]] if plan.stop_at else None,
+        plan, sampling = live.plan, live.sampling or _GREEDY
+        stop_ids = [*sampling.stop_token_ids, *([plan.stop_at[1]] if plan.stop_at else [])]
+        params = SamplingParams(max_tokens=plan.max_tokens, temperature=sampling.temperature, top_p=sampling.top_p,
+                                top_k=sampling.top_k, seed=sampling.seed, ignore_eos=sampling.ignore_eos,
+                                stop_token_ids=stop_ids or None,
                                 structured_outputs=StructuredOutputsParams(regex="[a-z]+")
                                 if plan.grammar_steps is not None and live.request is None else None)  # fmt: skip
         params.update_from_generation_config({}, eos_token_id=EOS_TOKEN_ID)
@@ -337,18 +397,25 @@ class VllmSchedulerRuntime:
         """Report what the scheduler did since the last flush: each request's tokens, then its moves."""
         said_by_request = self.take_moves()
         turned: list[_Live] = []
-        tokens: dict[str, list[int]] = {}
-        for outputs in (engine_outputs or {}).values():
-            for o in outputs.outputs:
-                if o.new_token_ids:
-                    tokens[o.request_id] = o.new_token_ids
-        for key in dict.fromkeys([*tokens, *said_by_request]):
+        if engine_outputs:  # the hot path: one Output per request and step
+            sink, live_of = self._sink, self._live.get
+            assert sink is not None, "bind() first"
+            for outputs in engine_outputs.values():
+                for o in outputs.outputs:
+                    new = o.new_token_ids
+                    live = live_of(int(o.request_id)) if new else None
+                    if live is None:
+                        continue
+                    new, text = tuple(new), live.text
+                    sink(rp.Output(live.req_id, live.seq, len(new), new, None if text is None else text.add(new)))
+                    live.seq += 1
+                    if text is not None and text.stop_reason is not None:
+                        self._stop_on_string(live, text.stop_reason)  # its moves in this call are not reported
+        for key, saids in said_by_request.items():
             live = self._live.get(int(key))
             if live is None:
                 continue
-            if key in tokens:
-                self._report(live, rp.Output, len(tokens[key]), tuple(tokens[key]))
-            for said in said_by_request.get(key, ()):
+            for said in saids:
                 if isinstance(said, rp.Status):
                     self._report(live, rp.StatusChanged, said)
                     continue
@@ -357,16 +424,28 @@ class VllmSchedulerRuntime:
                     live.turn_end = stop
                     turned.append(live)
                     continue
-                if what == SESSION_END:
-                    stop = live.turn_end
-                if stop is None:
-                    assert live.request is not None
+                assert live.request is not None
+                if what == SESSION_END and self._engine_aborts:  # the engine ended it: pause in abort mode
+                    self._report(live, rp.Aborted)
+                elif what == SESSION_END and live.turn_end is not None:
+                    self._report(live, rp.Finished, live.turn_end)
+                elif stop is None or what == SESSION_END:
                     self._report(live, rp.Failed, f"vLLM finished the request {live.request.status.name}")
                 else:
-                    self._report(live, rp.Finished, stop)
+                    self._report(live, rp.Finished, stop, None, live.request.stop_reason)
                 del self._live[live.req_id]
         for live in turned:
             self._end_if_lost(live)
+
+    def _stop_on_string(self, live: _Live, stop: str) -> None:
+        """End a request whose text reached a stop string, as vLLM's frontend does: the engine request is aborted
+        (its tokens past the string are never reported) and the request finishes ``stop`` with the string."""
+        assert live.request is not None
+        del self._live[live.req_id]
+        if not RS.is_finished(live.request.status):
+            self.scheduler.finish_requests(live.request.request_id, RS.FINISHED_ABORTED)
+        self._log = [m for m in self._log if m[0] is not live.request]
+        self._report(live, rp.Finished, StopKind.STOP, None, stop)
 
     def _end_if_lost(self, live: _Live) -> None:
         """End a session vLLM resumed but no longer schedules: vLLM 0.32 drops a session that stopped while
@@ -385,21 +464,8 @@ class VllmSchedulerRuntime:
                 self._emit(rp.AbortResult(abort_id, req_id, True))
 
     def _answer_rpcs(self) -> None:
-        for call_id, method in self._rpcs:
-            if self.rpc_fails:
-                self._emit(rp.RpcResult(call_id, False, f"WorkerError: {method.value} raised in a worker"))
-                continue
-            try:
-                self.engine.control(method)
-            except Exception as exc:  # the engine refused or failed it: nothing changed, the caller is told
-                self._emit(rp.RpcResult(call_id, False, f"{type(exc).__name__}: {exc}"))
-                continue
-            if method in (ControlMethod.PAUSE_SCHEDULER, ControlMethod.SLEEP):
-                self._held.add(method)
-            else:
-                self._held.discard(ControlMethod.SLEEP if method is ControlMethod.WAKE_UP else
-                                   ControlMethod.PAUSE_SCHEDULER)  # fmt: skip
-            self._emit(rp.RpcResult(call_id, True))
+        for call_id, error in self._rpcs:
+            self._emit(rp.RpcResult(call_id, error is None, error))
         self._rpcs.clear()
 
     def _report(self, live: _Live, make: Any, *args: Any) -> None:

