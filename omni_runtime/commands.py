@@ -99,6 +99,17 @@ class RpcCall(Command):
 
 
 @attrs.frozen(slots=True)
+class FeedInput(Command):
+    """Give ``replica`` of ``stage`` the next part of request ``rid``'s streamed input (``last``: it ends there)."""
+
+    rid: int
+    stage: int
+    replica: int
+    part: StageInput
+    last: bool = False
+
+
+@attrs.frozen(slots=True)
 class RpcAnswer(Command):
     """Answer control RPC ``call_id``: ``ok``, or the worker's ``error``."""
 

@@ -289,6 +289,11 @@ class AsyncEngine:
         """Ask to abort ``rid`` now, not waiting for the answer (which is not kept); return the call id."""
         return self.host.abort_nowait(rid)
 
+    def feed(self, rid: int, part: Prompt, last: bool = False) -> None:
+        """Feed the next part of the streamed input of ``rid`` (submitted with ``Prompt(streaming=True)``);
+        ``last``: the input ends with it. Raises ``RequestRefused`` for a request that takes no more input."""
+        self.host.feed(rid, part, last)
+
     async def abort(self, rid: int) -> bool:
         """Abort ``rid``; return whether it took effect (``False``: the physical abort failed).
 

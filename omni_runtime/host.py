@@ -101,6 +101,10 @@ class Host:
         self.execute(out)
         return call
 
+    def feed(self, rid: int, part: Prompt, last: bool = False) -> None:
+        """Feed the next part of ``rid``'s streamed input (``last``: the input ends with it)."""
+        self.execute(self.orchestrator.feed(rid, part, last))
+
     def abort_nowait(self, rid: int) -> int:
         """Ask to abort ``rid``; nobody waits for the answer (it is dropped when it comes); return the call id."""
         call, out = self.orchestrator.abort(rid)
@@ -231,11 +235,15 @@ class Host:
         kind = c.__class__
         if kind is cmd.Deliver:
             self._deliver(c.message)  # type: ignore[attr-defined]
-        elif kind is cmd.Dispatch or kind is cmd.AbortAt or kind is cmd.RpcCall:
+        elif kind is cmd.Dispatch or kind is cmd.AbortAt or kind is cmd.RpcCall or kind is cmd.FeedInput:
             runtime = self.runtimes[c.stage][c.replica]  # type: ignore[attr-defined]
             try:
                 if kind is cmd.Dispatch:
                     runtime.add_request(c.rid, c.stage_input)  # type: ignore[attr-defined]
+                elif kind is cmd.FeedInput:
+                    if not isinstance(runtime, rp.StreamingInput):
+                        raise TypeError(f"{type(runtime).__name__} takes no streamed input (no feed_input)")
+                    runtime.feed_input(c.rid, c.part, c.last)  # type: ignore[attr-defined]
                 elif kind is cmd.AbortAt:
                     runtime.abort_requests(c.abort_id, c.req_ids)  # type: ignore[attr-defined]
                 else:

@@ -49,8 +49,8 @@ _STATUS_EVENTS: dict[rp.Status, type[ev.StageEvent]] = {
 class _Route:
     """Routing data of one tracked request (client, child or companion)."""
 
-    __slots__ = ("companion", "companions", "error", "held", "next_seq", "parent", "prompt", "replica",
-                 "result", "stage", "stop_reason", "text")  # fmt: skip
+    __slots__ = ("companion", "companions", "error", "feeds", "held", "input_ended", "next_seq", "parent", "prompt",
+                 "replica", "result", "stage", "stop_reason", "text")  # fmt: skip
 
     def __init__(self, prompt: Prompt, parent: int = -1, companion: bool = False) -> None:
         self.prompt = prompt
@@ -66,6 +66,9 @@ class _Route:
         #: (id, result) of each finished CFG companion, in companion (id) order
         self.companions: tuple[tuple[int, Any], ...] = ()
         self.error: str | None = None
+        #: a streaming-input request's parts fed before its dispatch (sent right after it)
+        self.feeds: list[tuple[StageInput, bool]] = []
+        self.input_ended = False  #: a streaming-input request's last part was fed
 
 
 class Stats:
@@ -159,6 +162,29 @@ class Orchestrator:
             for waiting in self._abort_callers.pop(rid, []):
                 out.append(cmd.AbortAnswer(waiting, rid, True))
         return call, out
+
+    def feed(self, rid: int, part: Prompt, last: bool = False) -> Commands:
+        """Feed the next part of client request ``rid``'s streamed input (its prompt said ``streaming=True``);
+        ``last``: its input ends with this part (which may then be empty). Stage 0's runtime takes it.
+
+        Raises ``RequestRefused`` (and changes nothing) for a request that is not a streaming-input client
+        request still taking input, or a part that is not a ``Prompt``.
+        """
+        route = self.routes.get(rid)
+        if not isinstance(part, Prompt):
+            raise RequestRefused(f"a part of a streamed input is an omni_runtime.Prompt, not {type(part).__name__}")
+        if route is None or route.parent >= 0:
+            raise RequestRefused(f"request {rid} is not an open client request")
+        if not route.prompt.streaming:
+            raise RequestRefused(f"request {rid} was not submitted with Prompt(streaming=True)")
+        if route.input_ended or route.stage > 0:
+            raise RequestRefused(f"request {rid}'s streamed input has ended")
+        stage_input = StageInput(part.ids, None, None, part.text)
+        route.input_ended = last
+        if route.stage < 0:  # not dispatched yet (held while the engine is paused): sent right after its dispatch
+            route.feeds.append((stage_input, last))
+            return []
+        return [cmd.FeedInput(rid, route.stage, route.replica, stage_input, last)]
 
     def control(self, method: ControlMethod, level: int = 1,
                 tags: frozenset[str] = frozenset()) -> tuple[int, Commands]:  # fmt: skip
@@ -266,8 +292,9 @@ class Orchestrator:
                 self._payload = payload
                 text = report.text  # type: ignore[attr-defined]
                 if text is not None:
-                    if text.__class__ is not str:
+                    if not isinstance(text, str):
                         raise _Malformed(f"runtime reported an Output with text {text!r} (a str or None)")
+                    text = str(text)  # a str subclass (numpy.str_) as plain text
                     route.text = text if text_before is None else text_before + text
                 self._text = text
             elif kind is rp.Finished:
@@ -308,7 +335,7 @@ class Orchestrator:
         sends again at once, fails at that stage instead: the retry would go to the runtime that
         just raised. A control RPC it could not run answers its caller with the error.
         """
-        if isinstance(command, cmd.Dispatch):
+        if isinstance(command, cmd.Dispatch | cmd.FeedInput):
             route = self.routes.get(command.rid)
             if route is None or (route.stage, route.replica) != (command.stage, command.replica):
                 return []
@@ -414,11 +441,7 @@ class Orchestrator:
             return
         parent = self.routes[o.parent].prompt
         companion = o.role is Role.COMPANION
-        if companion:
-            prompt = companion_input(parent)
-        else:  # sample i of an n>1 request: seeded seed + i
-            prompt = attrs.evolve(parent, sampling=parent.sampling.for_sample(o.rid - dependent_id(o.parent, 0)))
-        self.routes[o.rid] = _Route(prompt, o.parent, companion)
+        self.routes[o.rid] = _Route(companion_input(parent) if companion else parent, o.parent, companion)
 
     def _forward(self, o: ob.Forwarded, out: Commands) -> None:
         route = self.routes[o.rid]
@@ -427,14 +450,14 @@ class Orchestrator:
             done = self.routes[route.parent].companions
         companions = tuple(result for _, result in done) if done else ()
         stage_input = self._inputs[o.dst](route.prompt, route.result, companions, route.text)  # the next stage's input
-        route.result = self._with_sampling(o.dst, route.prompt, stage_input)
+        route.result = self._with_sampling(o.dst, o.rid, route, stage_input)
         route.text = None
 
     def _dispatch(self, o: ob.Dispatched, out: Commands) -> None:
         route = self.routes[o.rid]
         stage = o.stage
         if stage == 0:
-            stage_input = self._with_sampling(0, route.prompt, self._inputs[0](route.prompt, None, (), None))
+            stage_input = self._with_sampling(0, o.rid, route, self._inputs[0](route.prompt, None, (), None))
         else:
             stage_input = route.result
         live = self.live[stage]
@@ -443,14 +466,21 @@ class Orchestrator:
         route.result = route.held = route.text = route.stop_reason = None
         route.next_seq = 0
         out.append(cmd.Dispatch(o.rid, stage, route.replica, stage_input, stage - 1))
+        if route.feeds:
+            out += [cmd.FeedInput(o.rid, stage, route.replica, part, last) for part, last in route.feeds]
+            route.feeds = []
 
-    def _with_sampling(self, stage: int, prompt: Prompt, stage_input: StageInput) -> StageInput:
+    def _with_sampling(self, stage: int, rid: int, route: _Route, stage_input: StageInput) -> StageInput:
         """Return ``stage_input`` with the sampling parameters of an AR ``stage``: the prompt's, with the stage's
-        overrides from the pipeline file on top."""
+        overrides from the pipeline file on top; sample ``i`` of an ``n>1`` request is seeded ``seed + i``."""
         spec = self.pipeline.stages[stage]
         if spec.kind is not StageKind.AR:
             return stage_input
-        sampling = prompt.sampling if not spec.sampling else attrs.evolve(prompt.sampling, **dict(spec.sampling))
+        sampling = route.prompt.sampling
+        if spec.sampling:
+            sampling = attrs.evolve(sampling, **dict(spec.sampling))
+        if route.parent >= 0 and not route.companion:
+            sampling = sampling.for_sample(rid - dependent_id(route.parent, 0))
         return attrs.evolve(stage_input, sampling=sampling)
 
     def _pick_replica(self, stage: int, route: _Route) -> int:

@@ -99,6 +99,12 @@ class Engine:
         if not answer.ok:
             raise RpcError(method.value, answer.error or "unknown error")
 
+    def feed(self, rid: int, part: Prompt, last: bool = False) -> None:
+        """Feed the next part of the streamed input of ``rid`` (submitted with ``Prompt(streaming=True)``): its
+        stage-0 runtime takes it when the request waits for input; ``last``: the input ends with this part.
+        Raises ``RequestRefused`` for a request that takes no more input."""
+        self.host.feed(rid, part, last)
+
     def abort_nowait(self, rid: int) -> int:
         """Ask to abort ``rid`` without pumping (safe from a listener); return the call id (answer not kept)."""
         return self.host.abort_nowait(rid)

@@ -70,18 +70,26 @@ class IncrementalText:
         self.text = ""  #: the text emitted so far
         self.stop_reason: str | None = None
 
-    def add(self, token_ids: Sequence[int]) -> str:
-        """Return the text the new ``token_ids`` add (empty once a stop string was found)."""
+    def add(self, token_ids: Sequence[int], final: bool = False) -> str:
+        """Return the text the new ``token_ids`` add (empty once a stop string was found).
+
+        Until the output is ``final`` (its last tokens), text that may still turn out to be the start of a stop
+        string (the last ``len(longest stop) - 1`` characters) and a character still incomplete (a trailing
+        U+FFFD) are held back, as vLLM's detokenizer holds them: the text never has to be taken back.
+        """
         if self.stop_reason is not None:
             return ""
         self._ids += token_ids
         full = self._tokenizer.decode(self._ids)[self._context:]
         if self._stops:
-            start = max(0, len(self.text) - self._longest + 1)  # a stop string may straddle the old text's end
+            start = max(0, len(self.text) - self._longest + 1)  # a stop string may straddle the emitted text's end
             hits = [(at, s) for s in self._stops if (at := full.find(s, start)) >= 0]
             if hits:
                 at, self.stop_reason = min(hits)
-                full = full[:at]
+                full, final = full[:at], True
+        if not final:
+            end = len(full.rstrip("\ufffd"))
+            full = full[: max(len(self.text), end - self._longest + 1) if self._longest else end]
         if not full.startswith(self.text):  # a decoder that rewrites earlier text: emit only what extends it
             return ""
         delta = full[len(self.text):]

@@ -11,7 +11,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 from omni_fsm import ControlMethod, StageKind
 from omni_runtime.adapters import StageInput
 from omni_runtime.pipeline import StageSpec
-from omni_runtime.protocol import StageRuntime
+from omni_runtime.protocol import StageRuntime, StreamingInput
 from omni_runtime.testing._checker import RawStreamChecker
 
 #: (stage spec, stage index, replica, rpc_fails) -> a runtime; ``rpc_fails``: its workers raise in RPCs
@@ -80,6 +80,7 @@ def make_machine(factory: KitFactory, rpc_fails: bool = False, may_die: bool = F
             self.checker = RawStreamChecker(may_die)
             self.runtime: Any = None
             self.held: dict[ControlMethod, None] = {}  #: the kit's pause / sleep calls not undone yet, in order
+            self.input_open: set[int] = set()  #: streaming-input sessions whose input has not ended
 
         @initialize(spec=stage_specs(kinds))
         def start(self, spec: StageSpec) -> None:
@@ -92,16 +93,31 @@ def make_machine(factory: KitFactory, rpc_fails: bool = False, may_die: bool = F
             self.runtime = runtime
             self.runtime.bind(self.checker)
 
-        @rule(req_id=_REQ_IDS, tokens=st.lists(st.integers(0, 99), max_size=4), samples=st.integers(1, 3))
-        def add(self, req_id: int, tokens: list[int], samples: int = 1) -> None:
-            """Add ``samples`` requests with one input (as the orchestrator adds a parent's samples)."""
+        @rule(req_id=_REQ_IDS, tokens=st.lists(st.integers(0, 99), max_size=4), samples=st.integers(1, 3),
+              streaming=st.booleans())
+        def add(self, req_id: int, tokens: list[int], samples: int = 1, streaming: bool = False) -> None:
+            """Add ``samples`` requests with one input (as the orchestrator adds a parent's samples); ``streaming``:
+            streaming-input sessions, for an AR runtime that takes streamed input (``feed_input``)."""
             diffusion = self.spec.kind is StageKind.DIFFUSION
             mm = {"prior": tuple(tokens), "negative": (), "size": (8, 8)} if diffusion else None
+            streaming = streaming and not diffusion and isinstance(self.runtime, StreamingInput)
             for _ in range(samples):
                 while req_id in self.checker.accepted:  # ids are unique: a repeated draw takes the next free one
                     req_id = (req_id + 1) % 2**31
                 self.checker.added(req_id)
-                self.runtime.add_request(req_id, StageInput(tuple(tokens), mm))
+                if streaming:
+                    self.input_open.add(req_id)
+                self.runtime.add_request(req_id, StageInput(tuple(tokens), mm, streaming=streaming))
+
+        @precondition(lambda self: self.input_open)
+        @rule(pick=st.integers(0, 255), tokens=st.lists(st.integers(4, 99), max_size=3), last=st.booleans())
+        def feed(self, pick: int, tokens: list[int], last: bool) -> None:
+            """Feed the next part of a streaming-input session (``last``: its input ends)."""
+            candidates = sorted(self.input_open)
+            req_id = candidates[pick % len(candidates)]
+            if last:
+                self.input_open.discard(req_id)
+            self.runtime.feed_input(req_id, StageInput(tuple(tokens)), last)
 
         @precondition(lambda self: self.checker.open_requests())
         @rule(picks=_PICKS)
@@ -167,6 +183,9 @@ def make_machine(factory: KitFactory, rpc_fails: bool = False, may_die: bool = F
                 return
             for method in reversed(list(self.held)):
                 self.control(_UNDO[method])
+            for req_id in sorted(self.input_open & set(self.checker.open_requests())):  # every input ends
+                self.runtime.feed_input(req_id, StageInput(), True)
+            self.input_open.clear()
             limit = teardown_steps(self.spec, len(self.checker.accepted))
             still_busy_after: int | None = limit
             for _ in range(limit):

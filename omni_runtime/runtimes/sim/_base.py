@@ -22,8 +22,8 @@ def request_rng(seed: int, stage: int, req_id: int) -> random.Random:
 class SimRequest:
     """One request inside a simulated replica."""
 
-    __slots__ = ("abort_fails", "chunk_at", "fail", "generated", "length", "no_output", "park", "phase",
-                 "preempt_at", "prompt", "req_id", "rng", "seq", "stage_input", "text", "tokens")  # fmt: skip
+    __slots__ = ("abort_fails", "chunk_at", "fail", "fed", "generated", "input_ended", "length", "no_output", "park",
+                 "phase", "preempt_at", "prompt", "req_id", "rng", "seq", "stage_input", "text", "tokens")  # fmt: skip
 
     def __init__(self, req_id: int, stage_input: StageInput, rng: random.Random) -> None:
         self.req_id, self.stage_input, self.rng = req_id, stage_input, rng
@@ -31,6 +31,9 @@ class SimRequest:
         self.text: IncrementalText | None = None  #: AR, detokenizing: the output text so far
         #: AR: what samples its tokens: its sampling seed's own generator, else the request's
         self.tokens: random.Random = rng
+        #: a streaming-input session: the parts fed and not taken yet (token ids, last); whether its input ended
+        self.fed: list[tuple[tuple[int, ...], bool]] = []
+        self.input_ended = not stage_input.streaming
         self.phase = "waiting"
         self.seq = self.generated = self.length = 0
         self.park: rp.Status | None = None  #: the wait it parks in before running, if any
@@ -79,6 +82,16 @@ class SimReplica:
                 continue
             self.requests.pop(req_id, None)
             self.emit(rp.AbortResult(abort_id, req_id, True))
+
+    def feed_input(self, req_id: int, part: StageInput, last: bool) -> None:
+        """Queue the next part of a streaming-input session's input; it is taken when the session waits for it."""
+        req = self.requests.get(req_id)
+        if self.dead or self.closed or req is None:
+            return
+        if req.input_ended:
+            raise ValueError(f"request {req_id} takes no more input")
+        req.fed.append((stage_tokens(part, self.tokenizer, continuation=True), last))
+        req.input_ended = last
 
     def control(self, call_id: int, method: ControlMethod, level: int, tags: frozenset[str]) -> None:
         """Take a control RPC as it arrives (answered at the next step); a pause in abort mode ends every request
@@ -181,4 +194,4 @@ class SimReplica:
 
     def running(self) -> int:
         """Return the slots in use (running or parked)."""
-        return sum(1 for r in self.requests.values() if r.phase in ("running", "parked", "chunk"))
+        return sum(1 for r in self.requests.values() if r.phase in ("running", "parked", "chunk", "streaming"))

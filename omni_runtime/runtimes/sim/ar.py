@@ -24,7 +24,7 @@ class SimAR(SimReplica):
 
     Text: prompts given as text are tokenized with ``SimTokenizer``; outputs carry their text (unless the
     request's sampling says ``detokenize=False``) and a stop string found in it ends the request (``stop``,
-    with the string). A sampling ``seed`` fixes the tokens sampled.
+    with the string). A sampling ``seed`` fixes what is sampled: the output's length and its tokens.
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -35,12 +35,13 @@ class SimAR(SimReplica):
         super().plan(req)
         cfg, rng = self.config, req.rng
         sampling = req.stage_input.sampling
-        if sampling is not None and sampling.seed is not None:
-            req.tokens = random.Random(sampling.seed)
         if sampling is None or sampling.detokenize:
             req.text = IncrementalText(self.words, sampling.stop if sampling is not None else (), req.prompt)
         cap = req.stage_input.max_tokens or self.spec.max_tokens
         req.length = rng.randint(1, cap)
+        if sampling is not None and sampling.seed is not None:  # the seed fixes what is sampled: length and tokens
+            req.tokens = random.Random(sampling.seed)
+            req.length = req.tokens.randint(1, cap)
         if rng.random() < cfg.park:
             req.park = rng.choice((_S.AWAIT_GRAMMAR, _S.AWAIT_REMOTE_KVS))
         if rng.random() < cfg.preempt and req.length > 1:
@@ -51,6 +52,10 @@ class SimAR(SimReplica):
             req.phase = "ignored"
 
     def work(self) -> None:
+        reqs = list(self.requests.values())
+        for req in reqs:  # a streaming-input session between turns: its next part, or the end of its input
+            if req.phase == "streaming" and req.fed:
+                self._next_turn(req)
         reqs = list(self.requests.values())
         for req in reqs:  # what a parked request waited for has arrived
             if req.phase in ("parked", "chunk"):
@@ -75,6 +80,26 @@ class SimAR(SimReplica):
             if req.phase == "running" and req.req_id in self.requests:
                 self._generate(req)
 
+    def _next_turn(self, req: SimRequest) -> None:
+        """Take what was fed: a part with tokens starts the next turn; the end of the input alone ends the session
+        as its last turn ended (``stop``)."""
+        parts, req.fed = req.fed, []
+        if not any(tokens for tokens, _ in parts):
+            self._rest_of_text(req)
+            self.report(req, rp.Finished, StopKind.STOP)
+            del self.requests[req.req_id]
+            return
+        req.prompt += tuple(t for tokens, _ in parts for t in tokens)
+        req.length = req.generated + req.rng.randint(1, req.stage_input.max_tokens or self.spec.max_tokens)
+        req.phase = "waiting"
+        self.report(req, rp.StatusChanged, _S.INPUT_READY)
+
+    def _rest_of_text(self, req: SimRequest) -> None:
+        """Report the text held back (a possible stop string's start) before the request finishes, if any."""
+        rest = req.text.add((), final=True) if req.text is not None else ""
+        if rest:
+            self.report(req, rp.Output, 0, (), rest)
+
     def _generate(self, req: SimRequest) -> None:
         if req.fail:
             self.report(req, rp.Failed, "injected stage failure")
@@ -90,8 +115,12 @@ class SimAR(SimReplica):
                 self.report(req, rp.Finished, StopKind.STOP, None, req.text.stop_reason)
                 del self.requests[req.req_id]
                 return
-        if req.no_output or req.generated >= req.length:
+        if req.generated >= req.length and not req.input_ended:  # a turn of a streaming-input session ended
+            req.phase = "streaming"
+            self.report(req, rp.StatusChanged, _S.AWAIT_STREAMING)
+        elif req.no_output or req.generated >= req.length:
             cap = req.stage_input.max_tokens or self.spec.max_tokens
+            self._rest_of_text(req)
             self.report(req, rp.Finished, StopKind.LENGTH if req.generated >= cap else StopKind.STOP)
             del self.requests[req.req_id]
         elif req.generated >= req.preempt_at > 0:

@@ -428,14 +428,22 @@ class VllmSchedulerRuntime:
                 if what == SESSION_END and self._engine_aborts:  # the engine ended it: pause in abort mode
                     self._report(live, rp.Aborted)
                 elif what == SESSION_END and live.turn_end is not None:
+                    self._rest_of_text(live)
                     self._report(live, rp.Finished, live.turn_end)
                 elif stop is None or what == SESSION_END:
                     self._report(live, rp.Failed, f"vLLM finished the request {live.request.status.name}")
                 else:
+                    self._rest_of_text(live)
                     self._report(live, rp.Finished, stop, None, live.request.stop_reason)
                 del self._live[live.req_id]
         for live in turned:
             self._end_if_lost(live)
+
+    def _rest_of_text(self, live: _Live) -> None:
+        """Report the text held back (a possible stop string's start) before the request finishes, if any."""
+        rest = live.text.add((), final=True) if live.text is not None else ""
+        if rest:
+            self._report(live, rp.Output, 0, (), rest)
 
     def _stop_on_string(self, live: _Live, stop: str) -> None:
         """End a request whose text reached a stop string, as vLLM's frontend does: the engine request is aborted
