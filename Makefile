@@ -30,11 +30,23 @@ $(VLLM_STAMP): $(STAMP)
 setup: $(STAMP) $(VLLM_STAMP)
 
 # The main job on the embedded simulator, its trace checked, then the exhaustive exploration.
+# `make demo RUNTIME=vllm`: the two-stage text pipeline on real vLLM engines (installed first), a process per replica.
+RUNTIME ?= sim
+ifeq ($(RUNTIME),vllm)
+demo: $(STAMP) $(VLLM_STAMP)
+	$(BIN)/omni-run examples/vllm_pipeline.toml --runtime vllm --requests 40 --concurrency 8 \
+		--trace out/demo-vllm.trace.jsonl
+	$(BIN)/omni-fsm check out/demo-vllm.trace.jsonl
+else ifeq ($(RUNTIME),sim)
 demo: $(STAMP)
 	$(BIN)/omni-run examples/pipeline.toml --trace out/demo.trace.jsonl
 	$(BIN)/omni-fsm check out/demo.trace.jsonl
 	$(BIN)/omni-fsm explore --requests 2 --families all --out out
 	$(BIN)/omni-fsm explore --out out
+else
+demo:
+	@echo "make demo: RUNTIME must be sim or vllm, not '$(RUNTIME)'"; exit 2
+endif
 
 test: lint typecheck $(VLLM_STAMP)
 	$(BIN)/python -m pytest

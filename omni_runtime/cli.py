@@ -20,9 +20,10 @@ from omni_fsm.interrupt import interruptible
 from omni_runtime.driver import EVENT, POLL
 from omni_runtime.errors import OmniRuntimeError, OptionError, PipelineError
 from omni_runtime.pipeline import Pipeline, load_pipeline
+from omni_runtime.runtime_names import runtime
 from omni_runtime.workload import DemoReport, WorkloadOptions, run_demo, sim_config
 
-RUNTIMES = ("sim",)
+RUNTIMES = ("sim", "vllm")
 
 
 #: A failed run writes no trace: the writer puts the file in place only after its end marker.
@@ -58,7 +59,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="omni-run", description=__doc__.splitlines()[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("pipeline", nargs="?", default="examples/pipeline.toml", help="pipeline TOML file")
-    p.add_argument("--runtime", choices=RUNTIMES, default="sim", help="stage runtime")
+    p.add_argument("--runtime", choices=RUNTIMES, default="sim",
+                   help="stage runtime: the simulator, or real vLLM engines (AR stages only), one process per "
+                        "replica, on the model in --model")  # fmt: skip
+    p.add_argument("--model", default=None,
+                   help="--runtime vllm: the model directory (default: the tiny random-weight Llama, built locally "
+                        "once into the user's cache)")  # fmt: skip
     p.add_argument("--requests", type=_integer, default=300, help="client requests to submit (>= 0)")
     p.add_argument("--concurrency", type=_integer, default=32, help="requests in flight at most (>= 1)")
     p.add_argument("--abort-rate", type=_rate, default=0.2, help="share of requests aborted or cancelled, in [0, 1]")
@@ -97,13 +103,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         sim_config(pipeline, options)  # judges --replica-deaths against the pipeline before anything runs
     except OptionError as exc:
         _argument_error(parser, exc)
+    if args.model is not None and args.runtime != "vllm":
+        parser.error("argument --model: only --runtime vllm runs a model")
     progress = None if args.no_progress else _progress_bar(options.requests)
     before = _identity(args.trace)
 
     def why() -> str:  # the writer replaces the file in one step: a new one means the trace was written
         return "" if _identity(args.trace) != before else _NO_NEW_TRACE.format(trace=args.trace)
 
-    return interruptible("omni-run", lambda: _run(pipeline, options, args.trace, progress), why)
+    def run() -> int:
+        runtimes = None
+        if args.runtime != "sim":
+            try:
+                runtimes = runtime(args.runtime)(pipeline, model_dir=args.model)
+            except (OmniRuntimeError, OSError) as exc:
+                print(f"omni-run: {exc}", file=sys.stderr)
+                return 2
+        return _run(pipeline, options, args.trace, progress, runtimes)
+
+    return interruptible("omni-run", run, why)
 
 
 def _identity(path: str) -> tuple[int, int, int] | None:
@@ -115,9 +133,10 @@ def _identity(path: str) -> tuple[int, int, int] | None:
     return found.st_ino, found.st_mtime_ns, found.st_size
 
 
-def _run(pipeline: Pipeline, options: WorkloadOptions, trace: str, progress: Callable[[int], None] | None) -> int:
+def _run(pipeline: Pipeline, options: WorkloadOptions, trace: str, progress: Callable[[int], None] | None,
+         runtimes: Any = None) -> int:  # fmt: skip
     try:
-        report = asyncio.run(_until_terminated(run_demo(pipeline, options, trace, progress)))
+        report = asyncio.run(_until_terminated(run_demo(pipeline, options, trace, progress, runtimes)))
     except asyncio.CancelledError:  # SIGTERM cancelled the run: every ``finally`` on the way ran
         raise KeyboardInterrupt from None
     except OmniRuntimeError as exc:
@@ -181,6 +200,8 @@ def render(report: DemoReport, trace: str) -> str:
     lines.append("late events dropped: " + _pairs(report.dropped))
     lines.append("faults: " + _pairs(report.faults))
     lines.append(f"state after drain: {_pairs(report.held)}")
+    for prompt, text in report.samples:
+        lines.append(f"text: {prompt!r} -> {text!r}")
     if report.violations:
         lines.append(f"invariants: {len(report.violations)} VIOLATION(S)")
         lines.extend(f"  {v}" for v in report.violations[:20])

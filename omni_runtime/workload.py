@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import random
+import signal
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import attrs
@@ -20,10 +22,11 @@ from omni_fsm import events as ev
 from omni_fsm import observations as ob
 from omni_fsm.invariants import CHECKS, Monitor
 from omni_fsm.trace import TraceWriter
-from omni_runtime.adapters import Prompt
+from omni_runtime.adapters import Prompt, Sampling
 from omni_runtime.driver import EVENT, POLL, AsyncEngine
 from omni_runtime.errors import ConfigError, OptionError, RpcError
 from omni_runtime.pipeline import Pipeline, require_pipeline
+from omni_runtime.protocol import StageRuntime
 from omni_runtime.runtimes.sim import SimConfig, sim_runtimes
 
 
@@ -97,6 +100,7 @@ class DemoReport:
     violations: list[str] = attrs.field(factory=list)
     steps: int = 0
     checks: int = len(CHECKS)
+    samples: list[tuple[str, str]] = attrs.field(factory=list)  #: (prompt, text) of a few finished requests
 
 
 class _Tally:
@@ -141,8 +145,15 @@ def sim_config(pipeline: Pipeline, options: WorkloadOptions) -> SimConfig:
 
 
 async def run_demo(pipeline: Pipeline, options: WorkloadOptions, trace_path: str,
-                   progress: Callable[[int], None] | None = None) -> DemoReport:  # fmt: skip
-    """Run the workload on the simulator; return the summary (the trace is written to ``trace_path``).
+                   progress: Callable[[int], None] | None = None,
+                   runtimes: Sequence[Sequence[StageRuntime]] | None = None) -> DemoReport:  # fmt: skip
+    """Run the workload on the simulator, or on ``runtimes``; return the summary (the trace is written to
+    ``trace_path``).
+
+    On the simulator, prompts are token ids and every fault is injected at ``fault_rate``. On given runtimes
+    (real engines) prompts are text with seeded sampling, some with a stop string and the CFG companions with
+    a negative prompt; a replica that ``replica_deaths`` names is killed (its process: ``SIGKILL``) once a
+    third of the requests are done, when it runs in a process of its own (it has a ``pid``).
 
     A trace that cannot be written (disk full, file too large) stops being written; the run goes on
     to its end and then raises that ``OSError``. Whatever ends the run early, every client task is
@@ -157,6 +168,10 @@ async def run_demo(pipeline: Pipeline, options: WorkloadOptions, trace_path: str
     tally = _Tally(len(pipeline.stages))
     rng = random.Random(options.seed)
     config = sim_config(pipeline, options)
+    real = runtimes is not None
+    if runtimes is None:
+        runtimes = sim_runtimes(pipeline, options.seed, config)
+    to_kill = [(s, r) for s, r, _ in config.replica_deaths] if real else []
     report = DemoReport(pipeline.name, options.requests)
     unwritten: list[OSError] = []  #: the trace's write error, if one came
     with TraceWriter(trace_path) as writer:
@@ -171,8 +186,7 @@ async def run_demo(pipeline: Pipeline, options: WorkloadOptions, trace_path: str
                     unwritten.append(exc)
             tally.step(event, outputs)
 
-        engine = AsyncEngine(pipeline, sim_runtimes(pipeline, options.seed, config), loop=options.loop,
-                             on_step=on_step)  # fmt: skip
+        engine = AsyncEngine(pipeline, runtimes, loop=options.loop, on_step=on_step)
         faults: Counter[str] = Counter()
         await engine.start()
         started_requests = done = 0
@@ -186,9 +200,16 @@ async def run_demo(pipeline: Pipeline, options: WorkloadOptions, trace_path: str
                 companions = 1 if n == 1 and roll < options.parallel_rate + options.companion_rate else 0
                 abort_mode = rng.choice(("cancel", "abort")) if rng.random() < options.abort_rate else ""
                 abort_at = rng.randint(0, 6)
-                prompt = Prompt(tuple(rng.randrange(1000) for _ in range(rng.randint(1, 6))))
-                await _consume(engine, prompt, n, companions, abort_mode, abort_at, faults)
+                if real:
+                    prompt = _text_prompt(rng)
+                else:
+                    prompt = Prompt(tuple(rng.randrange(1000) for _ in range(rng.randint(1, 6))))
+                await _consume(engine, prompt, n, companions, abort_mode, abort_at, faults, report)
                 done += 1
+                if to_kill and done >= options.requests // 3:
+                    for stage, replica in to_kill:
+                        _kill(runtimes[stage][replica], faults)
+                    to_kill.clear()
                 if progress is not None:
                     progress(done)
 
@@ -219,12 +240,32 @@ async def run_demo(pipeline: Pipeline, options: WorkloadOptions, trace_path: str
     return report
 
 
+def _text_prompt(rng: random.Random) -> Prompt:
+    """Return a text prompt in the tiny model's words, seeded sampling; now and then a stop string, and a negative
+    prompt (what a CFG companion of it runs on)."""
+    words = " ".join(f"w{rng.randrange(970)}" for _ in range(rng.randint(2, 6)))
+    stop = (f"w{rng.randrange(10)}",) if rng.random() < 0.3 else ()
+    sampling = Sampling(temperature=0.8, top_p=0.95, seed=rng.randrange(2**31), stop=stop)
+    return Prompt(text=words, sampling=sampling, negative=" ".join(f"w{rng.randrange(970)}" for _ in range(2)))
+
+
+def _kill(runtime: Any, faults: Counter[str]) -> None:
+    """Kill a replica's process (the demo's replica death on real engines)."""
+    pid = getattr(runtime, "pid", None)
+    if isinstance(pid, int):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        faults["stage_processes_killed"] += 1
+
+
 async def _consume(engine: AsyncEngine, prompt: Prompt, n: int, companions: int, abort_mode: str, abort_at: int,
-                   faults: Counter[str]) -> None:  # fmt: skip
+                   faults: Counter[str], report: DemoReport | None = None) -> None:  # fmt: skip
     count = 0
     async with contextlib.aclosing(engine.generate(prompt, n, companions)) as stream:
         async for message in stream:
             count += 1
+            if report is not None and message.finished and message.text and len(report.samples) < 3:
+                report.samples.append((prompt.text or str(prompt.ids), message.text))
             if count == abort_at and abort_mode == "cancel":
                 faults["consumer_cancelled"] += 1
                 break  # closing the stream aborts the request

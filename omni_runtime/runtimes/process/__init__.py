@@ -113,6 +113,11 @@ class ProcessRuntime:
         if not self._gone:
             self._call(w.AddRequest(self._next(), req_id, stage_input))
 
+    def feed_input(self, req_id: int, part: StageInput, last: bool) -> None:
+        """Feed streamed input to the runtime in the child (``ChildRaised``: it takes none)."""
+        if not self._gone:
+            self._call(w.FeedInput(self._next(), req_id, part, last))
+
     def abort_requests(self, abort_id: int, req_ids: Sequence[int]) -> None:
         if not self._gone:
             self._call(w.AbortRequests(self._next(), abort_id, w.as_tuple(req_ids)))

@@ -29,6 +29,7 @@ _PR_SET_PDEATHSIG = 1  #: from <linux/prctl.h>
 _CALLS: dict[type[w.Command], Callable[[rp.StageRuntime, Any], Any]] = {
     w.AddRequest: lambda runtime, c: runtime.add_request(c.req_id, c.stage_input),
     w.AbortRequests: lambda runtime, c: runtime.abort_requests(c.abort_id, c.req_ids),
+    w.FeedInput: lambda runtime, c: _feed(runtime, c),
     w.Control: lambda runtime, c: runtime.control(c.call_id, c.method, c.level, c.tags),
     w.Step: lambda runtime, c: bool(runtime.step()),
     w.Shutdown: lambda runtime, c: runtime.shutdown(),
@@ -51,6 +52,12 @@ def build(factory: str, args: tuple[Any, ...]) -> rp.StageRuntime:
     make = getattr(importlib.import_module(module), name)
     runtime: rp.StageRuntime = make(*args)
     return runtime
+
+
+def _feed(runtime: Any, c: w.FeedInput) -> None:
+    if not isinstance(runtime, rp.StreamingInput):
+        raise TypeError(f"{type(runtime).__name__} takes no streamed input (no feed_input)")
+    runtime.feed_input(c.req_id, c.part, c.last)
 
 
 def serve(conn: Connection, parent_pid: int, factory: str, args: tuple[Any, ...]) -> None:

@@ -41,6 +41,15 @@ class AbortRequests(Command):
 
 
 @attrs.frozen(slots=True)
+class FeedInput(Command):
+    """Call ``feed_input(req_id, part, last)`` (a ``TypeError`` in the child if its runtime takes no streamed input)."""
+
+    req_id: int
+    part: StageInput
+    last: bool
+
+
+@attrs.frozen(slots=True)
 class Control(Command):
     """Call ``control(call_id, method, level, tags)``."""
 

