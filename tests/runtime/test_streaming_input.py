@@ -110,7 +110,7 @@ class Session:
             while box:
                 messages.append(box.popleft())
 
-    def pump_until(self, done: Any, what: str) -> None:
+    def pump_until(self, done: Any, what: str, rid: int = 0) -> None:
         for _ in range(PUMPS):
             self.collect()
             if done():
@@ -118,7 +118,7 @@ class Session:
             self.engine.host.pump()
         self.collect()
         if not done():
-            raise AssertionError(f"no {what} after {PUMPS} pumps: {self.moves()}")
+            raise AssertionError(f"no {what} after {PUMPS} pumps: {self.moves(rid)}")
 
     def pump(self, rounds: int = 20) -> None:
         for _ in range(rounds):
@@ -141,11 +141,11 @@ class Session:
 
     def parked(self, count: int, rid: int = 0) -> None:
         """Pump until the session parked ``count`` times in all (it waits for input)."""
-        self.pump_until(lambda: self.parks(rid) >= count, f"park #{count} of request {rid}")
+        self.pump_until(lambda: self.parks(rid) >= count, f"park #{count} of request {rid}", rid)
         assert self.parks(rid) == count
 
     def ended(self, rid: int = 0) -> list[Any]:
-        self.pump_until(lambda: any(m.finished for m in self.seen[rid]), f"terminal of request {rid}")
+        self.pump_until(lambda: any(m.finished for m in self.seen[rid]), f"terminal of request {rid}", rid)
         return self.seen[rid]
 
     def verdict(self) -> list[tuple[str, str, int | None]]:
