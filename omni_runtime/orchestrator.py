@@ -112,6 +112,8 @@ class Orchestrator:
         #: request id -> (abort id, stage, replica) of its physical abort in flight (the table sends one at a time)
         self._aborts: dict[int, tuple[int, int, int]] = {}
         self._abort_callers: dict[int, list[int]] = {}  #: rid -> abort call ids waiting
+        #: physical aborts sent to release a request that already ended (its feed failed): answered to nobody
+        self._cleanup_aborts: set[int] = set()
         self._rpcs: dict[int, _Rpc] = {}
         self._payload: Any = None  #: the payload of the output being handled (for partials)
         self._text: str | None = None  #: the text of the output being handled (for partials)
@@ -130,6 +132,8 @@ class Orchestrator:
         """
         if not isinstance(prompt, Prompt):
             raise RequestRefused(f"a prompt is an omni_runtime.Prompt, not {type(prompt).__name__}: {prompt!r:.80}")
+        if prompt.streaming and n > 1:  # as vLLM: its samples would each wait for an input nobody can feed them
+            raise RequestRefused("a streaming-input request has one sample (n=1), as vLLM requires")
         rid = self._next_rid
         route = _Route(prompt)
         if self.lifecycle.engine.state is EngineState.SLEEPING:  # the lifecycle fails it at once: say why
@@ -233,6 +237,9 @@ class Orchestrator:
         return self._in_order(rid, stage, report, route, kind)  # type: ignore[arg-type]
 
     def _abort_result(self, stage: int, replica: int, report: rp.AbortResult) -> Commands:
+        if report.abort_id in self._cleanup_aborts:  # a request that already ended let go of: nobody waits
+            self._cleanup_aborts.discard(report.abort_id)
+            return []
         if self._aborts.get(report.req_id) != (report.abort_id, stage, replica):
             self.stats.unknown_results += 1
             return []
@@ -340,7 +347,12 @@ class Orchestrator:
             if route is None or (route.stage, route.replica) != (command.stage, command.replica):
                 return []
             route.error = error
-            return self._feed(ev.StageFailed(command.rid, command.stage))
+            failed = self._feed(ev.StageFailed(command.rid, command.stage))
+            if isinstance(command, cmd.FeedInput):  # the runtime holds the session it could not feed: let it go
+                abort_id = self._call_id()
+                self._cleanup_aborts.add(abort_id)
+                failed.append(cmd.AbortAt(command.stage, command.replica, abort_id, (command.rid,)))
+            return failed
         if isinstance(command, cmd.AbortAt):
             out: Commands = []
             where = (command.stage, command.replica)

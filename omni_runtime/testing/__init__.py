@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import run_state_machine_as_test
 
-from omni_fsm import StageKind
+from omni_fsm import ControlMethod, StageKind
 from omni_runtime.pipeline import Pipeline, simple_pipeline
 from omni_runtime.testing._checker import KitViolation, RawStreamChecker
 from omni_runtime.testing._machine import ConformanceError, KitFactory, make_machine, stage_specs
@@ -47,15 +47,16 @@ def workloads() -> st.SearchStrategy[list[tuple[int, int, int]]]:
 
 
 def check_runtime(factory: KitFactory, max_examples: int = 30, shrink: bool = True, may_die: bool = False,
-                  derandomize: bool | None = None,
-                  kinds: Collection[StageKind] = tuple(StageKind)) -> None:  # fmt: skip
+                  derandomize: bool | None = None, kinds: Collection[StageKind] = tuple(StageKind),
+                  refused: Collection[ControlMethod] = ()) -> None:  # fmt: skip
     """Run the conformance machine against ``factory`` (with and without worker RPC errors).
 
     Raises ``ConformanceError`` naming the first invariant the runtime breaks. A runtime that
     reports its own death fails unless ``may_die`` (a death excuses everything it still owes).
     ``derandomize=True`` runs the same examples every time (a test that must not depend on the
     seed); ``None`` leaves it to the active Hypothesis profile. ``kinds``: the stage kinds the runtime
-    serves (the kit draws stages of those kinds only).
+    serves (the kit draws stages of those kinds only). ``refused``: control RPCs its engine does not support,
+    each to be answered with an error (vLLM's CPU build refuses sleep).
     """
     phases = [Phase.explicit, Phase.reuse, Phase.generate, *([Phase.shrink] if shrink else [])]
     run = settings(max_examples=max_examples, stateful_step_count=30, deadline=None, phases=phases,
@@ -63,7 +64,7 @@ def check_runtime(factory: KitFactory, max_examples: int = 30, shrink: bool = Tr
     if derandomize is not None:
         run = settings(run, derandomize=derandomize)
     for rpc_fails in (False, True):
-        run_state_machine_as_test(make_machine(factory, rpc_fails, may_die, kinds), settings=run)
+        run_state_machine_as_test(make_machine(factory, rpc_fails, may_die, kinds, refused), settings=run)
 
 
 def load_factory(spec: str) -> KitFactory:

@@ -56,9 +56,12 @@ def teardown_steps(spec: StageSpec, requests: int) -> int:
 
 
 def make_machine(factory: KitFactory, rpc_fails: bool = False, may_die: bool = False,
-                 kinds: Collection[StageKind] = tuple(StageKind)) -> type[RuleBasedStateMachine]:  # fmt: skip
+                 kinds: Collection[StageKind] = tuple(StageKind),
+                 refused: Collection[ControlMethod] = ()) -> type[RuleBasedStateMachine]:  # fmt: skip
     """Return a ``RuleBasedStateMachine`` checking runtimes made by ``factory`` (``may_die``: see the checker)
-    for stages of ``kinds`` (a runtime that serves AR stages only is checked on AR stages).
+    for stages of ``kinds`` (a runtime that serves AR stages only is checked on AR stages). ``refused``: control
+    RPCs the runtime's engine does not support (vLLM's CPU build: sleep); each must be answered with an error
+    and change nothing, as a worker's exception is.
 
     Request ids are drawn (unique, from a wide range), so a runtime whose behaviour follows the id,
     as the simulator's does, behaves differently from one example to the next. An abort names 1-3
@@ -151,8 +154,10 @@ def make_machine(factory: KitFactory, rpc_fails: bool = False, may_die: bool = F
             request in flight, each reported ``Aborted``)."""
             tags = mode if method is ControlMethod.PAUSE_SCHEDULER else frozenset()
             call = 10_000 + len(self.checker.rpcs)
-            self.checker.rpc(call, rpc_fails, aborts_all="abort" in tags)
+            self.checker.rpc(call, rpc_fails or method in refused, aborts_all="abort" in tags)
             self.runtime.control(call, method, 1, tags)
+            if method in refused:
+                return
             if method in _UNDO:
                 self.held[method] = None
             else:

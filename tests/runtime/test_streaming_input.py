@@ -319,8 +319,6 @@ def _fed_during_a_pause(s: Session) -> int:
     return rid
 
 
-@pytest.mark.xfail(strict=True, reason="sim bug: SimReplica.feed_input sets input_ended at once, so a session whose "
-                   "last part comes before its current turn ends finishes with that turn; the part is never run")
 @pytest.mark.parametrize("feed", [_fed_right_after_submit, _fed_during_a_pause], ids=["running", "paused"])
 def test_parts_fed_with_the_last_one_before_the_turn_ends_still_run_a_turn(feed):
     s = Session(ONE)
@@ -329,8 +327,6 @@ def test_parts_fed_with_the_last_one_before_the_turn_ends_still_run_a_turn(feed)
     assert s.moves(rid) == [("Submit", -1), *turn(), ("InputReady", 0), *turn(park=False), ("StageFinished", 0)]
 
 
-@pytest.mark.xfail(strict=True, reason="sim bug: a session ended by an empty last part always finishes 'stop' "
-                   "(SimAR._next_turn), even when its last turn was capped by max_tokens ('length')")
 def test_an_empty_last_part_ends_the_session_as_its_length_capped_turn_ended():
     s = Session(ONE)
     plain = s.submit(Prompt((1, 2, 3), max_tokens=1))
@@ -369,22 +365,25 @@ def test_feeding_a_request_id_never_submitted_is_refused():
 
 def test_feeding_a_sample_of_an_n2_request_is_refused():
     s = Session(ONE)
-    rid = s.submit(Prompt((1, 2, 3), streaming=True), n=2)
+    try:
+        rid, streaming = s.submit(Prompt((1, 2, 3), streaming=True), n=2), True
+    except RequestRefused:  # a fix of the samples that wait for ever may refuse streamed input with n>1 (as vLLM)
+        rid, streaming = s.submit(Prompt((1, 2, 3)), n=2), False
     children = [dependent_id(rid, k) for k in range(2)]
-    s.pump_until(lambda: all(s.parks(c) == 1 for c in children), "park of both samples")
+    assert children == [rid + 1, rid + 2] and all(s.engine.orchestrator.routes[c].parent == rid for c in children)
+    if streaming:
+        s.pump_until(lambda: all(s.parks(c) == 1 for c in children), "park of both samples")
     for child in children:
         refused(s, child, Prompt((7,)), False, rf"request {child} is not an open client request")
         refused(s, child, Prompt(()), True, rf"request {child} is not an open client request")
-    assert s.engine.abort(rid) is True
+    if streaming:  # its samples wait for input nobody can give them (see the xfail below): abort it
+        assert s.engine.abort(rid) is True
     final = one_terminal(s.ended(rid))
-    assert final.outcome is Outcome.ABORTED
+    assert final.outcome is (Outcome.ABORTED if streaming else Outcome.FINISHED)
     assert s.verdict() == []
     s.drained()
 
 
-@pytest.mark.xfail(strict=True, reason="orchestrator bug: a streaming n>1 request's samples park after their first "
-                   "turn, but a part fed to the parent is queued in the parent's _Route.feeds, which is only sent when "
-                   "the parent itself is dispatched (never, for n>1): the samples wait for ever")
 def test_a_streaming_request_with_samples_ends_once_its_input_ends():
     s = Session(ONE)
     try:
@@ -488,9 +487,6 @@ def test_a_runtime_without_feed_input_fails_the_request_naming_feed_input(when):
     assert s.verdict() == []
 
 
-@pytest.mark.xfail(strict=True, reason="orchestrator bug: when a FeedInput raises, runtime_raised fails the request "
-                   "but sends the replica no abort, so the runtime keeps the parked session (its slot) for ever and "
-                   "run_until_idle never returns")
 def test_a_request_failed_for_a_feed_the_runtime_cannot_take_is_dropped_by_the_runtime():
     s = Session(ONE, wrap=NoFeed)
     rid = s.submit(Prompt((1, 2, 3), streaming=True))

@@ -23,7 +23,8 @@ class SimRequest:
     """One request inside a simulated replica."""
 
     __slots__ = ("abort_fails", "chunk_at", "fail", "fed", "generated", "input_ended", "length", "no_output", "park",
-                 "phase", "preempt_at", "prompt", "req_id", "rng", "seq", "stage_input", "text", "tokens")  # fmt: skip
+                 "phase", "preempt_at", "prompt", "req_id", "rng", "seq", "stage_input", "text", "tokens",
+                 "turn_start")  # fmt: skip
 
     def __init__(self, req_id: int, stage_input: StageInput, rng: random.Random) -> None:
         self.req_id, self.stage_input, self.rng = req_id, stage_input, rng
@@ -34,6 +35,7 @@ class SimRequest:
         #: a streaming-input session: the parts fed and not taken yet (token ids, last); whether its input ended
         self.fed: list[tuple[tuple[int, ...], bool]] = []
         self.input_ended = not stage_input.streaming
+        self.turn_start = 0  #: tokens generated before the current turn of a streaming-input session
         self.phase = "waiting"
         self.seq = self.generated = self.length = 0
         self.park: rp.Status | None = None  #: the wait it parks in before running, if any

@@ -84,15 +84,21 @@ class SimAR(SimReplica):
         """Take what was fed: a part with tokens starts the next turn; the end of the input alone ends the session
         as its last turn ended (``stop``)."""
         parts, req.fed = req.fed, []
-        if not any(tokens for tokens, _ in parts):
+        if not any(tokens for tokens, _ in parts):  # the session ends as its last turn did
             self._rest_of_text(req)
-            self.report(req, rp.Finished, StopKind.STOP)
+            self.report(req, rp.Finished, self._turn_stop(req))
             del self.requests[req.req_id]
             return
         req.prompt += tuple(t for tokens, _ in parts for t in tokens)
+        req.turn_start = req.generated
         req.length = req.generated + req.rng.randint(1, req.stage_input.max_tokens or self.spec.max_tokens)
         req.phase = "waiting"
         self.report(req, rp.StatusChanged, _S.INPUT_READY)
+
+    def _turn_stop(self, req: SimRequest) -> StopKind:
+        """Return how the request's (last) turn ended: ``length`` when it made its cap of tokens."""
+        cap = req.stage_input.max_tokens or self.spec.max_tokens
+        return StopKind.LENGTH if req.generated - req.turn_start >= cap else StopKind.STOP
 
     def _rest_of_text(self, req: SimRequest) -> None:
         """Report the text held back (a possible stop string's start) before the request finishes, if any."""
@@ -115,13 +121,12 @@ class SimAR(SimReplica):
                 self.report(req, rp.Finished, StopKind.STOP, None, req.text.stop_reason)
                 del self.requests[req.req_id]
                 return
-        if req.generated >= req.length and not req.input_ended:  # a turn of a streaming-input session ended
+        if req.generated >= req.length and (not req.input_ended or req.fed):  # a turn of a streaming session ended
             req.phase = "streaming"
             self.report(req, rp.StatusChanged, _S.AWAIT_STREAMING)
         elif req.no_output or req.generated >= req.length:
-            cap = req.stage_input.max_tokens or self.spec.max_tokens
             self._rest_of_text(req)
-            self.report(req, rp.Finished, StopKind.LENGTH if req.generated >= cap else StopKind.STOP)
+            self.report(req, rp.Finished, self._turn_stop(req))
             del self.requests[req.req_id]
         elif req.generated >= req.preempt_at > 0:
             req.preempt_at, req.phase = -1, "preempted"

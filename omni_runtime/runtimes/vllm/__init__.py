@@ -8,9 +8,11 @@ model executor; see ``scheduler.py`` for how each status assignment becomes a re
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 from omni_fsm import StageKind
+from omni_runtime.adapters import StageInput
 from omni_runtime.errors import ConfigError
 from omni_runtime.pipeline import Pipeline, StageSpec
 from omni_runtime.runtimes.process import ProcessRuntime, process_runtimes
@@ -37,6 +39,33 @@ def engine_factory(spec: StageSpec, stage: int, replica: int, model_dir: str) ->
                                max_num_batched_tokens=256)  # fmt: skip
     return VllmSchedulerRuntime(spec, options, engine=CoreEngine(model_dir, options),
                                 plans=lambda s, rid, given: RequestPlan(max_tokens=given.max_tokens or s.max_tokens))
+
+
+def _given_max_tokens(spec: StageSpec, req_id: int, given: StageInput) -> RequestPlan:
+    return RequestPlan(max_tokens=given.max_tokens or spec.max_tokens)
+
+
+def engine_kit_factory(model_dir: str) -> Callable[[StageSpec, int, int, bool], VllmSchedulerRuntime]:
+    """Return a conformance-kit factory whose runtimes all run on one in-process ``EngineCore`` over ``model_dir``
+    (made at the first call, stopped by the factory's ``close()``): each runtime's ``shutdown`` checks that it
+    left no request and no KV block in the engine (``EngineNotDrained``) and drains it for the next example."""
+    from omni_runtime.runtimes.vllm._engine import CoreEngine, DrainedEngine
+
+    options = SchedulerOptions(max_num_seqs=4, block_size=32, max_model_len=256, max_num_batched_tokens=256)
+    cores: list[CoreEngine] = []
+
+    def factory(spec: StageSpec, stage: int, replica: int, rpc_fails: bool = False) -> VllmSchedulerRuntime:
+        if not cores:
+            cores.append(CoreEngine(model_dir, options))
+        return VllmSchedulerRuntime(spec, options, engine=DrainedEngine(cores[0].core), rpc_fails=rpc_fails,
+                                    plans=_given_max_tokens)
+
+    def close() -> None:
+        while cores:
+            cores.pop().shutdown()
+
+    factory.close = close  # type: ignore[attr-defined]
+    return factory
 
 
 def tiny_model_dir() -> Path:
@@ -71,5 +100,5 @@ def vllm_runtimes(pipeline: Pipeline, model_dir: str | None = None) -> list[list
 
 
 __all__ = ["ENGINE_ENV", "RequestPlan", "SchedulerOptions", "VllmSchedulerRuntime", "build_scheduler",
-           "build_tiny_llama", "engine_factory", "plan_for", "reports_for_moves", "scheduler_factory", "tiny_model_dir",
-           "vllm_runtimes", "write_tiny_llama_config"]  # fmt: skip
+           "build_tiny_llama", "engine_factory", "engine_kit_factory", "plan_for", "reports_for_moves",
+           "scheduler_factory", "tiny_model_dir", "vllm_runtimes", "write_tiny_llama_config"]  # fmt: skip

@@ -16,7 +16,7 @@ from vllm.v1.outputs import ModelRunnerOutput
 from vllm.v1.request import Request, RequestStatus
 
 from omni_fsm import ControlMethod
-from omni_runtime.runtimes.vllm._config import SchedulerOptions, block_hasher, build_scheduler
+from omni_runtime.runtimes.vllm._config import SchedulerOptions, block_hasher, build_scheduler, free_blocks
 from omni_runtime.runtimes.vllm._standin import OmniStandInConnector, StandInModel
 from omni_runtime.runtimes.vllm.tiny import FileTokenizer, TinyWords
 
@@ -126,6 +126,34 @@ def _check_mode(method: ControlMethod, mode: str) -> None:
         raise ValueError("'wait' mode can't be used in inproc-engine mode (vLLM's own refusal, made here first)")
     if mode != "keep" and method is not ControlMethod.PAUSE_SCHEDULER:
         raise ValueError(f"{method.value} takes no pause mode ({mode!r})")
+
+
+class DrainedEngine(CoreEngine):
+    """An ``EngineCore`` shared by one runtime after another (the conformance kit's examples: one engine for a
+    whole test session, as vLLM allows one per process). ``shutdown`` does not stop the engine: it checks that
+    the runtime left it as it found it (no request, every KV block free), drains it whatever it found (aborts what
+    is left, resumes, steps until nothing is scheduled) and raises ``EngineNotDrained`` naming what was left."""
+
+    def __init__(self, core: Any) -> None:
+        self._take(core)
+
+    def shutdown(self) -> None:
+        scheduler = self.scheduler
+        left, (free, total) = sorted(scheduler.requests), free_blocks(scheduler)
+        self.core.resume_scheduler()
+        if left:
+            scheduler.finish_requests(left, RequestStatus.FINISHED_ABORTED)
+        for _ in range(1000):
+            if not scheduler.has_requests():
+                break
+            self.core.step()
+        if left or free != total:
+            raise EngineNotDrained(f"the runtime left {len(left)} request(s) in the engine ({', '.join(left[:5])}) "
+                                   f"and {total - free} of {total} KV blocks held")  # fmt: skip
+
+
+class EngineNotDrained(AssertionError):
+    """A runtime's shutdown found requests or KV blocks left in a shared engine."""
 
 
 class SleepNotSupported(RuntimeError):

@@ -119,7 +119,8 @@ class _Live:
         self.request: Request | None = None
         self.grammar: Any = None  #: the grammar compilation in flight
         #: the streamed input still to send: (step it arrives, chunk; ``None``: the end of the session)
-        self.stream_left: list[tuple[int, tuple[int, ...] | None]] = []
+        #: (step it arrives, prompt token ids, whether the input ends with them: the last part)
+        self.stream_left: list[tuple[int, tuple[int, ...], bool]] = []
 
 
 #: (stage spec, request id, stage input) -> the request's plan
@@ -193,10 +194,10 @@ class VllmSchedulerRuntime:
         if plan.grammar_steps is not None:
             assert live.request.structured_output_request is not None
             live.grammar = live.request.structured_output_request.grammar = grammar_future()
-        arrivals: list[tuple[int, tuple[int, ...] | None]] = [(self.steps + at, chunk) for at, chunk in plan.stream]
+        arrivals = [(self.steps + at, chunk, False) for at, chunk in plan.stream]
         if plan.stream_end_after is not None:
             last = arrivals[-1][0] if arrivals else self.steps
-            arrivals.append((last + plan.stream_end_after, None))
+            arrivals.append((last + plan.stream_end_after, (), True))
         live.stream_left = arrivals
         self.engine.add_request(live.request)
 
@@ -241,10 +242,20 @@ class VllmSchedulerRuntime:
         if not live.resumable:
             raise ValueError(f"request {req_id} is not a streaming-input session")
         tokens = stage_tokens(part, self.engine.tokenizer, continuation=True)
+        vocab = int(TINY_LLAMA["vocab_size"])
+        bad = [t for t in tokens if not 0 <= t < vocab]
+        if bad:  # vLLM's input processor checks every part of a streamed input as it checks a prompt
+            raise ValueError(f"token id {bad[0]} is outside the model's vocabulary (0..{vocab - 1})")
+        assert live.request is not None
+        queued = sum(len(chunk) for _, chunk, _ in live.stream_left)
+        total = live.request.num_tokens + queued + len(tokens)
+        if total >= self.options.max_model_len:
+            raise ValueError(f"the session would hold {total} tokens, leaving no room under "
+                             f"max_model_len={self.options.max_model_len}")  # fmt: skip
         if tokens:
-            live.stream_left.append((self.steps, tuple(tokens)))
-        if last:
-            live.stream_left.append((self.steps, None))
+            live.stream_left.append((self.steps, tuple(tokens), False))
+        if last:  # vLLM's end of a session's input: an update with no tokens that is not resumable
+            live.stream_left.append((self.steps, (), True))
             live.resumable = False
 
     def control(self, call_id: int, method: ControlMethod, level: int, tags: frozenset[str]) -> None:
@@ -378,9 +389,13 @@ class VllmSchedulerRuntime:
                 compile_grammar(live.grammar, live.plan.grammar_fails)
                 live.grammar = None
             while live.stream_left and live.stream_left[0][0] <= self.steps:
-                _, chunk = live.stream_left.pop(0)
-                # a chunk (or, None, the end of the input) for the same request id: vLLM's streaming-input update
-                self.engine.add_request(self._request(live, chunk, chunk is not None))
+                _, chunk, last = live.stream_left[0]
+                if last and live.request is not None and live.request.status is not RS.WAITING_FOR_STREAMING_REQ:
+                    break  # the end of the input waits until the session waits for input: queued while a turn runs,
+                    # vLLM 0.32 can go on to schedule the session with nothing to compute (an assertion in schedule())
+                live.stream_left.pop(0)
+                # a part (or the end of the input) for the same request id: vLLM's streaming-input update
+                self.engine.add_request(self._request(live, chunk, not last))
 
     def take_moves(self) -> dict[str, tuple[Said, ...]]:
         """Return what the status assignments since the last call say, per vLLM request id (the observation)."""
