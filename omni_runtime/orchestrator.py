@@ -113,7 +113,7 @@ class Orchestrator:
         self._aborts: dict[int, tuple[int, int, int]] = {}
         self._abort_callers: dict[int, list[int]] = {}  #: rid -> abort call ids waiting
         #: physical aborts sent to release a request that already ended (its feed failed): answered to nobody
-        self._cleanup_aborts: set[int] = set()
+        self._cleanup_aborts: dict[int, tuple[int, int]] = {}  #: abort id -> (stage, replica)
         self._rpcs: dict[int, _Rpc] = {}
         self._payload: Any = None  #: the payload of the output being handled (for partials)
         self._text: str | None = None  #: the text of the output being handled (for partials)
@@ -237,8 +237,7 @@ class Orchestrator:
         return self._in_order(rid, stage, report, route, kind)  # type: ignore[arg-type]
 
     def _abort_result(self, stage: int, replica: int, report: rp.AbortResult) -> Commands:
-        if report.abort_id in self._cleanup_aborts:  # a request that already ended let go of: nobody waits
-            self._cleanup_aborts.discard(report.abort_id)
+        if self._cleanup_aborts.pop(report.abort_id, None) is not None:  # a request that ended, let go of: no waiter
             return []
         if self._aborts.get(report.req_id) != (report.abort_id, stage, replica):
             self.stats.unknown_results += 1
@@ -350,7 +349,7 @@ class Orchestrator:
             failed = self._feed(ev.StageFailed(command.rid, command.stage))
             if isinstance(command, cmd.FeedInput):  # the runtime holds the session it could not feed: let it go
                 abort_id = self._call_id()
-                self._cleanup_aborts.add(abort_id)
+                self._cleanup_aborts[abort_id] = (command.stage, command.replica)
                 failed.append(cmd.AbortAt(command.stage, command.replica, abort_id, (command.rid,)))
             return failed
         if isinstance(command, cmd.AbortAt):
@@ -376,6 +375,7 @@ class Orchestrator:
             return []
         self.live[stage][replica] = False
         self._aborts = {rid: v for rid, v in self._aborts.items() if v[1:] != (stage, replica)}
+        self._cleanup_aborts = {a: v for a, v in self._cleanup_aborts.items() if v != (stage, replica)}
         out: Commands = []
         if not any(self.live[stage]):  # no live replica left: the engine is dead
             out += self._feed(ev.EngineDied())
@@ -559,7 +559,8 @@ class Orchestrator:
 
     def held_state(self) -> dict[str, int]:
         """Return the sizes of every map the orchestrator keeps (all zero after a drain)."""
-        return {"routes": len(self.routes), "records": len(self.lifecycle.records), "aborts": len(self._aborts),
+        return {"routes": len(self.routes), "records": len(self.lifecycle.records),
+                "aborts": len(self._aborts) + len(self._cleanup_aborts),
                 "abort_callers": len(self._abort_callers), "rpcs": len(self._rpcs)}  # fmt: skip
 
     def counters(self) -> dict[str, int]:
