@@ -172,11 +172,13 @@ def ar_to_diffusion(prompt: Prompt, upstream: Any, companions: tuple[Any, ...],
 
 
 def companion_input(prompt: Prompt) -> Prompt:
-    """Return a CFG companion's prompt: the parent's negative prompt (none: the unconditional, empty prompt)."""
+    """Return a CFG companion's prompt: the parent's negative prompt; none: the unconditional prompt, empty text
+    (what the stage's tokenizer makes of no text: for a model that starts prompts with ``<s>``, that token alone)."""
     negative = prompt.negative
-    if isinstance(negative, str):
-        return Prompt(None, prompt.max_tokens, prompt.height, prompt.width, text=negative, sampling=prompt.sampling)
-    return Prompt(negative or (), prompt.max_tokens, prompt.height, prompt.width, sampling=prompt.sampling)
+    if isinstance(negative, tuple):
+        return Prompt(negative, prompt.max_tokens, prompt.height, prompt.width, sampling=prompt.sampling)
+    text = negative if negative is not None else ""
+    return Prompt(None, prompt.max_tokens, prompt.height, prompt.width, text=text, sampling=prompt.sampling)
 
 
 #: input adapter name (a pipeline file's ``adapter``) -> the function building a stage's input

@@ -538,6 +538,8 @@ class Orchestrator:
             parent = self.routes.get(route.parent)
             if parent is not None and route.companion:
                 parent.companions = tuple(sorted((*parent.companions, (rid, route.result)), key=_by_id))
+                if route.error is not None and parent.error is None:  # the parent fails for it: say why
+                    parent.error = f"its CFG companion {rid} failed: {route.error}"
         if self._abort_callers:
             self._answer_abort(rid, True, out)  # ended some other way while an abort was pending
 

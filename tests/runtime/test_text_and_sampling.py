@@ -271,7 +271,8 @@ def test_ar_to_ar_takes_the_previous_stages_text_where_it_made_text() -> None:
     assert ar_to_ar(prompt, (5, 6), (), None) == StageInput((5, 6), None, 6)
 
 
-@pytest.mark.parametrize(("negative", "text", "ids"), [("a b", "a b", None), ((7, 8), None, (7, 8)), (None, None, ())])
+@pytest.mark.parametrize(("negative", "text", "ids"),
+                         [("a b", "a b", None), ((7, 8), None, (7, 8)), (None, "", None)])  # none: empty text
 def test_a_companion_prompts_the_negative(negative: Any, text: str | None, ids: Any) -> None:
     sampling = Sampling(seed=4)
     parent = Prompt((1, 2), max_tokens=5, height=32, width=16, sampling=sampling, negative=negative)
@@ -435,7 +436,7 @@ def test_samples_of_a_stage_with_a_seed_override_still_get_seed_plus_i() -> None
     assert sorted(d.stage_input.sampling.seed for d in dispatches(out)) == [5, 6, 7]
 
 
-@pytest.mark.parametrize(("negative", "text", "ids"), [("a b", "a b", ()), ((7, 8), None, (7, 8)), (None, None, ())])
+@pytest.mark.parametrize(("negative", "text", "ids"), [("a b", "a b", ()), ((7, 8), None, (7, 8)), (None, "", ())])
 def test_a_cfg_companion_is_dispatched_with_the_negative_prompt(negative: Any, text: str | None, ids: Any) -> None:
     orch = Orchestrator(simple_pipeline([AR, DIFF]))
     sampling = Sampling(seed=3)
@@ -685,3 +686,12 @@ def test_a_pause_with_two_modes_is_refused_by_the_workers() -> None:
     with pytest.raises(RpcError, match="one mode tag"):
         engine.control(ControlMethod.PAUSE_SCHEDULER, tags=frozenset({"abort", "wait"}))
     engine.shutdown()
+
+
+def test_a_parent_failed_by_its_companion_says_which_companion_and_why() -> None:
+    orch = Orchestrator(simple_pipeline([AR, DIFF]))
+    rid, out = orch.submit(Prompt((1, 2), negative="a b"), companions=1)
+    out = orch.report(0, 0, rp.Failed(rid + 1, 0, "vLLM rejects an empty prompt"))
+    terminal = [m for m in messages(out) if m.finished]
+    assert [(m.rid, m.outcome, m.reason) for m in terminal] == [(rid, Outcome.FAILED, "error")]
+    assert terminal[0].error == f"its CFG companion {rid + 1} failed: vLLM rejects an empty prompt"

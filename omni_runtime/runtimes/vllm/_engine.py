@@ -18,7 +18,7 @@ from vllm.v1.request import Request, RequestStatus
 from omni_fsm import ControlMethod
 from omni_runtime.runtimes.vllm._config import SchedulerOptions, block_hasher, build_scheduler, free_blocks
 from omni_runtime.runtimes.vllm._standin import OmniStandInConnector, StandInModel
-from omni_runtime.runtimes.vllm.tiny import FileTokenizer, TinyWords
+from omni_runtime.runtimes.vllm.tiny import EOS_TOKEN_ID, TINY_LLAMA, FileTokenizer, TinyWords
 
 
 class StandInEngine:
@@ -31,6 +31,7 @@ class StandInEngine:
         self.model = StandInModel(self.scheduler.requests, self.connector)
         self.block_hasher = block_hasher(options.block_size)
         self.tokenizer = TinyWords()
+        self.vocab_size, self.eos_token_id = int(TINY_LLAMA["vocab_size"]), EOS_TOKEN_ID  #: the stand-in's model
         self._held: set[ControlMethod] = set()
 
     def add_request(self, request: Request) -> None:
@@ -88,7 +89,11 @@ class CoreEngine:
         self.scheduler = cast(Scheduler, self.core.scheduler)
         self.connector = None
         self.block_hasher = self.core.request_block_hasher
-        self.tokenizer = FileTokenizer(self.core.vllm_config.model_config.model)
+        model = self.core.vllm_config.model_config
+        self.tokenizer = FileTokenizer(model.model)
+        self.vocab_size = int(model.get_vocab_size())
+        eos = getattr(model.hf_config, "eos_token_id", None)
+        self.eos_token_id = int(eos[0] if isinstance(eos, list | tuple) else eos if eos is not None else EOS_TOKEN_ID)
 
     def add_request(self, request: Request) -> None:
         self.core.add_request(request)

@@ -31,7 +31,6 @@ from omni_runtime.runtimes.vllm._engine import CoreEngine, StandInEngine
 from omni_runtime.runtimes.vllm._observe import ObservedRequest
 from omni_runtime.runtimes.vllm._plan import RequestPlan, plan_for
 from omni_runtime.runtimes.vllm._standin import compile_grammar, grammar_future
-from omni_runtime.runtimes.vllm.tiny import EOS_TOKEN_ID, TINY_LLAMA
 from omni_runtime.text import IncrementalText, stage_tokens
 
 RS = RequestStatus
@@ -242,7 +241,7 @@ class VllmSchedulerRuntime:
         if not live.resumable:
             raise ValueError(f"request {req_id} is not a streaming-input session")
         tokens = stage_tokens(part, self.engine.tokenizer, continuation=True)
-        vocab = int(TINY_LLAMA["vocab_size"])
+        vocab = self.engine.vocab_size
         bad = [t for t in tokens if not 0 <= t < vocab]
         if bad:  # vLLM's input processor checks every part of a streamed input as it checks a prompt
             raise ValueError(f"token id {bad[0]} is outside the model's vocabulary (0..{vocab - 1})")
@@ -342,7 +341,7 @@ class VllmSchedulerRuntime:
         limit = self.options.max_model_len
         if len(token_ids) >= limit:
             return f"a prompt of {len(token_ids)} tokens leaves no room under max_model_len={limit}"
-        vocab = int(TINY_LLAMA["vocab_size"])
+        vocab = self.engine.vocab_size
         bad = [t for t in token_ids if not 0 <= t < vocab]
         if bad:
             return f"token id {bad[0]} is outside the model's vocabulary (0..{vocab - 1})"
@@ -358,7 +357,7 @@ class VllmSchedulerRuntime:
                                 stop_token_ids=stop_ids or None,
                                 structured_outputs=StructuredOutputsParams(regex="[a-z]+")
                                 if plan.grammar_steps is not None and live.request is None else None)  # fmt: skip
-        params.update_from_generation_config({}, eos_token_id=EOS_TOKEN_ID)
+        params.update_from_generation_config({}, eos_token_id=self.engine.eos_token_id)
         if live.request is not None:
             return Request(str(live.req_id), list(token_ids or ()), params, None, resumable=resumable)
         return ObservedRequest(str(live.req_id), list(token_ids or ()), params, None, hook=self._observe, plan=plan,
