@@ -117,8 +117,7 @@ class _Live:
         self.turn_end: StopKind | None = StopKind.STOP  #: how its last streaming-input turn ended
         self.request: Request | None = None
         self.grammar: Any = None  #: the grammar compilation in flight
-        #: the streamed input still to send: (step it arrives, chunk; ``None``: the end of the session)
-        #: (step it arrives, prompt token ids, whether the input ends with them: the last part)
+        #: the streamed input still to send: (step it arrives, prompt token ids, whether the input ends there)
         self.stream_left: list[tuple[int, tuple[int, ...], bool]] = []
 
 
