@@ -59,9 +59,11 @@ def run_two_stages(model: str, trace: Path, kill_talker_after: int | None) -> tu
         engine = Engine(pipeline, runtimes, on_step=on_step)
         seen: dict[int, list] = {}
         seeded = Sampling(temperature=1.0, seed=7)
-        rids = [engine.submit(Prompt(text=f"w{10 + i} w{20 + i} w{30 + i}", max_tokens=8 + i % 3)) for i in range(6)]
+        # seeded: each request's tokens are the same every run (vLLM seeds each request's own generator)
+        rids = [engine.submit(Prompt(text=f"w{10 + i} w{20 + i} w{30 + i}", max_tokens=8 + i % 3,
+                                     sampling=Sampling(seed=100 + i))) for i in range(6)]  # fmt: skip
         rids.append(engine.submit(Prompt(text="w1 w2 w3", max_tokens=6, sampling=seeded), n=2))
-        rids.append(engine.submit(Prompt(text="w4 w5 w6", max_tokens=8, sampling=Sampling(stop=STOP))))
+        rids.append(engine.submit(Prompt(text="w4 w5 w6", max_tokens=8, sampling=Sampling(stop=STOP, seed=11))))
         rids.append(engine.submit(Prompt(text="a b c", max_tokens=6, negative="x y z"), companions=1))
         for rid in rids:
             seen[rid] = []
