@@ -21,7 +21,7 @@ from omni_runtime.driver import EVENT, POLL
 from omni_runtime.errors import OmniRuntimeError, OptionError, PipelineError
 from omni_runtime.pipeline import Pipeline, load_pipeline
 from omni_runtime.runtime_names import runtime
-from omni_runtime.workload import DemoReport, WorkloadOptions, run_demo, sim_config
+from omni_runtime.workload import DemoReport, WorkloadOptions, replica_deaths, run_demo
 
 RUNTIMES = ("sim", "vllm")
 
@@ -100,7 +100,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"omni-run: {exc}", file=sys.stderr)
         return 2
     try:
-        sim_config(pipeline, options)  # judges --replica-deaths against the pipeline before anything runs
+        replica_deaths(pipeline, options)  # judges --replica-deaths against the pipeline before anything runs
     except OptionError as exc:
         _argument_error(parser, exc)
     if args.model is not None and args.runtime != "vllm":

@@ -17,6 +17,7 @@ from omni_runtime.errors import ConfigError
 RUNTIMES: dict[str, str] = {
     "sim": "omni_runtime.runtimes.sim:sim_runtimes",  # the embedded default: the deterministic simulator
     "sim-kit": "omni_runtime.runtimes.sim:kit_replica",  # the conformance kit's reference runtime
+    "sim-config": "omni_runtime.runtimes.sim:demo_config",  # the simulator's faults for the demo
     "vllm": "omni_runtime.runtimes.vllm:vllm_runtimes",  # real vLLM engines, a process per replica (AR stages)
 }
 #: the runtime a pipeline runs on when none is given

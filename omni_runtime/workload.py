@@ -27,7 +27,7 @@ from omni_runtime.driver import EVENT, POLL, AsyncEngine
 from omni_runtime.errors import ConfigError, OptionError, RpcError
 from omni_runtime.pipeline import Pipeline, require_pipeline
 from omni_runtime.protocol import StageRuntime
-from omni_runtime.runtimes.sim import SimConfig, sim_runtimes
+from omni_runtime.runtime_names import runtime
 
 
 def _integer(value: Any) -> bool:
@@ -134,14 +134,22 @@ def max_replica_deaths(pipeline: Pipeline) -> int:
     return len(_death_slots(pipeline))
 
 
-def sim_config(pipeline: Pipeline, options: WorkloadOptions) -> SimConfig:
-    """Return the simulator's faults for the demo: every fault at the rate, a few replica deaths."""
+def replica_deaths(pipeline: Pipeline, options: WorkloadOptions) -> tuple[tuple[int, int, int], ...]:
+    """Return the replicas that die in the demo, (stage, replica, at step): ``options.replica_deaths`` of them (none
+    given: one if any stage has several), the last replica of each stage that has several. Raises ``OptionError``
+    for more than the pipeline has."""
     slots = _death_slots(pipeline)
     deaths = min(1, len(slots)) if options.replica_deaths is None else options.replica_deaths
     if deaths > len(slots):
         raise OptionError(("replica_deaths",), f"at most {len(slots)} for pipeline {pipeline.name!r} (one per "
                           f"stage with more than one replica), got {deaths}")  # fmt: skip
-    return attrs.evolve(SimConfig.faulty(options.fault_rate), replica_deaths=tuple(slots[:deaths]))
+    return tuple(slots[:deaths])
+
+
+def sim_config(pipeline: Pipeline, options: WorkloadOptions) -> Any:
+    """Return the simulator's faults for the demo (a ``SimConfig``): every fault at the rate, ``replica_deaths``."""
+    config = runtime("sim-config")
+    return config(options.fault_rate, replica_deaths(pipeline, options))
 
 
 async def run_demo(pipeline: Pipeline, options: WorkloadOptions, trace_path: str,
@@ -167,11 +175,11 @@ async def run_demo(pipeline: Pipeline, options: WorkloadOptions, trace_path: str
     monitor = Monitor(pipeline.kinds, pipeline.final, pipeline.slots)
     tally = _Tally(len(pipeline.stages))
     rng = random.Random(options.seed)
-    config = sim_config(pipeline, options)
+    deaths = replica_deaths(pipeline, options)
     real = runtimes is not None
     if runtimes is None:
-        runtimes = sim_runtimes(pipeline, options.seed, config)
-    to_kill = [(s, r) for s, r, _ in config.replica_deaths] if real else []
+        runtimes = runtime("sim")(pipeline, options.seed, sim_config(pipeline, options))
+    to_kill = [(s, r) for s, r, _ in deaths] if real else []
     report = DemoReport(pipeline.name, options.requests)
     unwritten: list[OSError] = []  #: the trace's write error, if one came
     with TraceWriter(trace_path) as writer:

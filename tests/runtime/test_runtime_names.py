@@ -11,8 +11,10 @@ from omni_runtime.errors import ConfigError
 from omni_runtime.runtime_names import DEFAULT, RUNTIMES, runtime
 
 PACKAGE = Path(__file__).resolve().parents[2] / "omni_runtime"
-#: the orchestrator core, its drivers and the kit: none of them imports a runtime package
-CORE = ["orchestrator.py", "host.py", "sync.py", "driver.py", "runtime_names.py", "testing/__init__.py",
+#: the orchestrator core, its drivers, the demo's workload and command line, and the kit: none of them imports a
+#: runtime package
+CORE = ["orchestrator.py", "host.py", "sync.py", "driver.py", "runtime_names.py", "adapters.py", "protocol.py",
+        "commands.py", "pipeline.py", "text.py", "workload.py", "cli.py", "testing/__init__.py",
         "testing/_machine.py", "testing/_checker.py", "testing/_plugin.py"]  # fmt: skip
 
 
@@ -37,5 +39,5 @@ def test_every_name_resolves_and_the_default_is_the_simulator():
 
 
 def test_an_unknown_name_is_a_config_error_naming_the_known_ones():
-    with pytest.raises(ConfigError, match=r"unknown runtime 'nope' \(known: sim, sim-kit, vllm\)"):
+    with pytest.raises(ConfigError, match=r"unknown runtime 'nope' \(known: sim, sim-config, sim-kit, vllm\)"):
         runtime("nope")

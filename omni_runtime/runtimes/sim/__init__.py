@@ -32,11 +32,17 @@ def sim_runtimes(pipeline: Pipeline, seed: int = 0, config: SimConfig | None = N
     return [[sim_replica(spec, i, r, seed, config) for r in range(spec.replicas)] for i, spec in stages]
 
 
+def demo_config(fault_rate: float, replica_deaths: tuple[tuple[int, int, int], ...] = ()) -> SimConfig:
+    """Return the demo's faults: every fault, report-stream faults included, at ``fault_rate``; the replicas that
+    die, (stage, replica, at step)."""
+    return attrs.evolve(SimConfig.faulty(fault_rate), replica_deaths=replica_deaths)
+
+
 def instant_runtimes(pipeline: Pipeline, hold: bool = False) -> list[list[InstantReplica]]:
     """Return zero-cost replicas (every request finishes within one step; with ``hold``, stays after its
     output until aborted): for benchmarks."""
     return [[InstantReplica(spec, hold) for _ in range(spec.replicas)] for spec in pipeline.stages]
 
 
-__all__ = ["InstantReplica", "SimAR", "SimConfig", "SimDiffusion", "SimReplica", "instant_runtimes", "kit_replica",
-           "sim_replica", "sim_runtimes"]  # fmt: skip
+__all__ = ["InstantReplica", "SimAR", "SimConfig", "SimDiffusion", "SimReplica", "demo_config", "instant_runtimes",
+           "kit_replica", "sim_replica", "sim_runtimes"]  # fmt: skip
