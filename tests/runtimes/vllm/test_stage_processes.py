@@ -26,16 +26,10 @@ from omni_fsm.invariants import Monitor  # noqa: E402
 from omni_fsm.trace import TraceWriter  # noqa: E402
 from omni_runtime import Engine, Prompt, Sampling, simple_pipeline  # noqa: E402
 from omni_runtime.runtimes.process import ProcessRuntime  # noqa: E402
-from omni_runtime.runtimes.vllm import build_tiny_llama  # noqa: E402
 
 FACTORY = "omni_runtime.runtimes.vllm:engine_factory"
 #: a stop string every output of the tiny model's word vocabulary (w0..w969, a..z) is likely to reach
 STOP = ("w",)
-
-
-@pytest.fixture(scope="module")
-def model(tmp_path_factory) -> str:
-    return str(build_tiny_llama(tmp_path_factory.mktemp("tiny-llama")))
 
 
 def run_two_stages(model: str, trace: Path, kill_talker_after: int | None) -> tuple[dict, list, Monitor]:
