@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 
-from omni_fsm._explorer import Bound, explore
+from omni_fsm.explore.explorer import Bound, explore
 
 
 def main() -> int:

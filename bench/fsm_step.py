@@ -20,9 +20,9 @@ from typing import Any
 
 from omni_fsm import SPEC, Engine, Record, ReqState, StageKind
 from omni_fsm import events as ev
-from omni_fsm._compiled import CompiledTable
-from omni_fsm.core import Lifecycle
-from omni_fsm.reference import ReferenceTable
+from omni_fsm.engine.compiled import CompiledTable
+from omni_fsm.engine.core import Lifecycle
+from omni_fsm.engine.reference import ReferenceTable
 
 Fire = Callable[[Any, Any, Engine], Any]
 #: One record's round trip: WAITING -> RUNNING (outputs) -> PREEMPTED -> RUNNING (outputs)

@@ -5,7 +5,7 @@ and without 20% aborts. Each figure is the median of several runs, taken round-r
 workloads with core and driver runs alternating, so that every figure sees the same machine.
 A hop is one request passing through one stage, counted where it happens (an aborted request
 makes only the hops it really made), and ``lifecycle`` is the share of the core's time spent in
-``omni_fsm.core.Lifecycle.handle`` (measured in separate runs).
+``omni_fsm.engine.core.Lifecycle.handle`` (measured in separate runs).
 
 - core: events in, commands out; each dispatch is answered at once (scheduled, one output,
   finished: reports built before the clock starts, as a runtime would have built them), and an

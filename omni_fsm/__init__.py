@@ -3,7 +3,7 @@
 The public API is re-exported here. The trace reader and writer (``TraceWriter``,
 ``read_trace`` and the ``Step`` it yields, ``write_trace``, from ``omni_fsm.trace``) are
 re-exported lazily, on first use; the command line (``omni_fsm.cli``), the ``transitions`` reference machine
-(``omni_fsm.reference``) and the diagrams (``omni_fsm.diagram``) are imported only by who needs
+(``omni_fsm.engine.reference``) and the diagrams (``omni_fsm.cli.diagram``) are imported only by who needs
 them; so ``import omni_fsm`` stays light and free of I/O.
 """
 
@@ -11,10 +11,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from omni_fsm import events, observations
-from omni_fsm._record import Engine, Record
-from omni_fsm._table import ON_TERMINAL, SPEC, Effect, Row, Spec
-from omni_fsm._vocab import (
+from omni_fsm.engine.core import Counters, Lifecycle
+from omni_fsm.errors import ConfigError, InternalError, LifecycleError, MalformedInput, OmniFsmError
+from omni_fsm.invariants import Monitor, Violation, check_history, same_client_streams
+from omni_fsm.spec import events, observations
+from omni_fsm.spec.record import Engine, Record
+from omni_fsm.spec.table import ON_TERMINAL, SPEC, Effect, Row, Spec
+from omni_fsm.spec.vocabulary import (
     BOUND,
     ENGINE_TERMINAL,
     HOLDS_SLOT,
@@ -32,9 +35,6 @@ from omni_fsm._vocab import (
     StageKind,
     StopKind,
 )
-from omni_fsm.core import Counters, Lifecycle
-from omni_fsm.errors import ConfigError, InternalError, LifecycleError, MalformedInput, OmniFsmError
-from omni_fsm.invariants import Monitor, Violation, check_history, same_client_streams
 
 __version__ = "0.1.0"
 

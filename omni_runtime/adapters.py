@@ -14,7 +14,7 @@ from typing import Any
 import attrs
 
 from omni_fsm import StageKind
-from omni_fsm.frozen import direct_inits
+from omni_fsm.spec.frozen import direct_inits
 
 
 def _token_ids(owner: str) -> Any:

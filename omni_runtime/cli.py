@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, NoReturn
 
-from omni_fsm.interrupt import interruptible
+from omni_fsm.cli.interrupt import interruptible
 from omni_runtime.driver import EVENT, POLL
 from omni_runtime.errors import OmniRuntimeError, OptionError, PipelineError
 from omni_runtime.pipeline import Pipeline, load_pipeline

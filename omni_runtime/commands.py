@@ -8,7 +8,7 @@ from typing import Any
 import attrs
 
 from omni_fsm import ControlMethod, EngineState, Outcome
-from omni_fsm.frozen import direct_inits
+from omni_fsm.spec.frozen import direct_inits
 from omni_runtime.adapters import StageInput
 
 

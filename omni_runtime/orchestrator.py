@@ -1,6 +1,6 @@
 """The sans-IO orchestrator: client calls and runtime reports in, commands out.
 
-``omni_fsm.core.Lifecycle`` makes every lifecycle decision. This module holds the routing data
+``omni_fsm.engine.core.Lifecycle`` makes every lifecycle decision. This module holds the routing data
 around those decisions and nothing else: the pipeline description, the binding of each request
 to a stage replica, per-request output buffers (and their order), abort and RPC correlation
 ids. It translates runtime reports into lifecycle events and the lifecycle's observations into
@@ -28,7 +28,7 @@ from omni_fsm import (
 )
 from omni_fsm import events as ev
 from omni_fsm import observations as ob
-from omni_fsm.core import Lifecycle, dependent_id, fanout
+from omni_fsm.engine.core import Lifecycle, dependent_id, fanout
 from omni_runtime import commands as cmd
 from omni_runtime import protocol as rp
 from omni_runtime.adapters import INPUT_ADAPTERS, OUTPUT_ADAPTERS, Prompt, StageInput, companion_input

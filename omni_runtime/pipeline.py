@@ -16,8 +16,8 @@ from typing import Any
 import attrs
 
 from omni_fsm import StageKind
-from omni_fsm import _toml_lines as toml_lines  # private to omni_fsm: shared so both packages find TOML lines one way
 from omni_fsm.errors import MalformedInput
+from omni_fsm.registry import toml_lines  # public: both packages find TOML lines one way
 from omni_runtime.adapters import ADAPTER_KINDS, INPUT_ADAPTERS, SAMPLING_FIELDS, Sampling
 from omni_runtime.errors import ConfigError, PipelineError
 

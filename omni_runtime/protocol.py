@@ -20,7 +20,7 @@ from typing import Any, Protocol, runtime_checkable
 import attrs
 
 from omni_fsm import ControlMethod, IdentityHashedEnum, StopKind
-from omni_fsm.frozen import direct_inits
+from omni_fsm.spec.frozen import direct_inits
 from omni_runtime.adapters import StageInput
 
 

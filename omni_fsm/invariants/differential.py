@@ -20,7 +20,7 @@ from typing import Any
 
 import attrs
 
-from omni_fsm import observations as ob
+from omni_fsm.spec import observations as ob
 
 Step = tuple[Any, Sequence[ob.Observation]]
 Stream = tuple[int, int]  #: (client request id, sample index; -1: the request's own messages; ABORTS)

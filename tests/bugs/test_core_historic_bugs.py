@@ -10,9 +10,9 @@ import pytest
 
 from omni_fsm import SPEC, ControlMethod, StageKind, StopKind
 from omni_fsm import events as ev
-from omni_fsm._explorer import explore
-from omni_fsm.core import Lifecycle
-from omni_fsm.explore import replay
+from omni_fsm.cli.explore import replay
+from omni_fsm.engine.core import Lifecycle
+from omni_fsm.explore.explorer import explore
 from omni_fsm.invariants import Monitor, check_history
 from tests.fsm import faults
 

@@ -16,8 +16,9 @@ import pytest
 from faulty_runtimes import DoubleFinish, OutputAfterAbort, SwallowedRpcError
 from helpers import demo_pipeline, monitored_engine, verdict
 
-from omni_fsm import ControlMethod, Effect, Outcome, StageKind, core
+from omni_fsm import ControlMethod, Effect, Outcome, StageKind
 from omni_fsm import observations as ob
+from omni_fsm.engine import core
 from omni_fsm.invariants import CHECKS
 from omni_runtime import Engine, OmniRuntimeError, Orchestrator, Prompt, simple_pipeline
 from omni_runtime import orchestrator as orchestrator_module

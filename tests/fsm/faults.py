@@ -13,9 +13,10 @@ from typing import Any, Literal
 import attrs
 import pytest
 
-from omni_fsm import ON_TERMINAL, PARKED, SPEC, Effect, EngineState, ReqState, Row, Spec, core
+from omni_fsm import ON_TERMINAL, PARKED, SPEC, Effect, EngineState, ReqState, Row, Spec
 from omni_fsm import events as ev
-from omni_fsm._explorer import Bound
+from omni_fsm.engine import core
+from omni_fsm.explore.explorer import Bound
 
 S = ReqState
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from types import ModuleType
 
 from omni_fsm import SPEC
-from omni_fsm._compiled import CompiledTable
+from omni_fsm.engine.compiled import CompiledTable
 
 BENCH = Path(__file__).resolve().parents[2] / "bench" / "fsm_step.py"
 LINE = re.compile(r"fsm_step: fast_us=\d+\.\d{3} transitions_us=\d+\.\d{2} ratio=\d+\.\d bytes_per_request=\d+")

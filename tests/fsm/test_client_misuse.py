@@ -7,9 +7,9 @@ import pytest
 
 from omni_fsm import ConfigError, Effect, InternalError, Lifecycle, LifecycleError, OmniFsmError, Spec, StageKind
 from omni_fsm import events as ev
-from omni_fsm._compiled import CompiledTable
-from omni_fsm._table import SPEC, Row
-from omni_fsm._vocab import ReqState
+from omni_fsm.engine.compiled import CompiledTable
+from omni_fsm.spec.table import SPEC, Row
+from omni_fsm.spec.vocabulary import ReqState
 
 from . import faults
 
@@ -87,7 +87,7 @@ def test_following_an_interrupted_state_must_say_a_bound_state_when_built(resume
 
 
 def test_the_miss_policy_covers_every_event_origin():
-    from omni_fsm._table import MISS_POLICY
+    from omni_fsm.spec.table import MISS_POLICY
 
     assert set(MISS_POLICY) == set(ev.Origin)
     assert all(ev_cls.ORIGIN in MISS_POLICY for ev_cls in (*ev.REQUEST_EVENTS, *ev.ENGINE_EVENTS))

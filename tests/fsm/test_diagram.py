@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from omni_fsm import SPEC, EngineState, ReqState, cli
-from omni_fsm.diagram import EDGE_JOIN, REGENERATE, mermaid, render_lifecycle_markdown
+from omni_fsm.cli.diagram import EDGE_JOIN, REGENERATE, mermaid, render_lifecycle_markdown
 
 LIFECYCLE_MD = Path(__file__).resolve().parents[2] / "docs" / "lifecycle.md"
 
@@ -79,6 +79,6 @@ def test_diagram_command_prints_the_lifecycle_doc(capsys: pytest.CaptureFixture[
 
 
 def test_import_omni_fsm_loads_no_state_machine_library() -> None:
-    code = "import sys, omni_fsm, omni_fsm.diagram; print(sorted(m for m in sys.modules if 'transitions' in m))"
+    code = "import sys, omni_fsm, omni_fsm.cli.diagram; print(sorted(m for m in sys.modules if 'transitions' in m))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

@@ -11,7 +11,7 @@ import pytest
 
 from omni_fsm import events as ev
 from omni_fsm import observations as ob
-from omni_fsm.frozen import direct_inits
+from omni_fsm.spec.frozen import direct_inits
 from omni_runtime import adapters, commands, protocol
 
 

@@ -8,15 +8,16 @@ from typing import Any
 import attrs
 import pytest
 
-import omni_fsm._explorer as explorer_module
-from omni_fsm import StageKind, core
+import omni_fsm.explore.explorer as explorer_module
+from omni_fsm import StageKind
 from omni_fsm import events as ev
-from omni_fsm._explorer import DEFAULT_FAMILIES, FAMILIES, Bound, explore
-from omni_fsm._record import Record
-from omni_fsm._table import Effect
 from omni_fsm.cli import main as cli_main
-from omni_fsm.core import Lifecycle
-from omni_fsm.explore import write_counterexample
+from omni_fsm.cli.explore import write_counterexample
+from omni_fsm.engine import core
+from omni_fsm.engine.core import Lifecycle
+from omni_fsm.explore.explorer import DEFAULT_FAMILIES, FAMILIES, Bound, explore
+from omni_fsm.spec.record import Record
+from omni_fsm.spec.table import Effect
 
 from . import faults
 from .faults import B4_BOUND, SMALL
@@ -174,8 +175,8 @@ def test_explore_cli_rejects_unknown_family(capsys: Any) -> None:
 
 
 def test_snapshots_follow_their_named_field_orders() -> None:
-    from omni_fsm._record import ENGINE_FIELDS, RECORD_FIELDS, Engine, Record
-    from omni_fsm.invariants._monitor import VIEW_FIELDS, View
+    from omni_fsm.invariants.monitor import VIEW_FIELDS, View
+    from omni_fsm.spec.record import ENGINE_FIELDS, RECORD_FIELDS, Engine, Record
 
     rec = Record(7, parent=3, stage=1, tokens=5, sample=2)
     assert rec.snapshot() == tuple(getattr(rec, f) for f in RECORD_FIELDS)

@@ -20,7 +20,7 @@ from omni_fsm import events as ev
 from omni_fsm import observations as ob
 from omni_fsm.invariants import check_history
 from omni_fsm.registry import load_registry, safe_change_topics_covered
-from omni_fsm.traceability import discover_tests
+from omni_fsm.registry.traceability import discover_tests
 
 ROOT = Path(__file__).resolve().parents[2]
 AR, DIFF = StageKind.AR, StageKind.DIFFUSION

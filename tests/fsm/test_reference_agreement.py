@@ -1,7 +1,7 @@
 """The compiled fast path and the ``transitions`` reference machine agree, row for row.
 
 Both are built from ``SPEC``: the compiled ``CompiledTable`` (what the core runs) and one static
-``transitions.Machine(model=None)`` per table (``omni_fsm.reference``). Every (state, event type)
+``transitions.Machine(model=None)`` per table (``omni_fsm.engine.reference``). Every (state, event type)
 pair is tried, with guard valuations drawn by Hypothesis and with a fixed canonical set; then
 random event sequences, and whole ``Lifecycle`` runs with the reference tables swapped in.
 How deterministic a run is comes from the loaded Hypothesis profile (``ci``: derandomized).
@@ -20,10 +20,10 @@ from hypothesis import strategies as st
 
 from omni_fsm import SPEC, TERMINAL, Engine, Record, errors
 from omni_fsm import events as ev
-from omni_fsm._compiled import CompiledTable
-from omni_fsm._vocab import BOUND, ControlMethod, EngineState, ReqState, Role, StageKind, StopKind
-from omni_fsm.core import Lifecycle
-from omni_fsm.reference import build_reference
+from omni_fsm.engine.compiled import CompiledTable
+from omni_fsm.engine.core import Lifecycle
+from omni_fsm.engine.reference import build_reference
+from omni_fsm.spec.vocabulary import BOUND, ControlMethod, EngineState, ReqState, Role, StageKind, StopKind
 
 COMPILED = CompiledTable(SPEC.rows)
 COMPILED_ENGINE = CompiledTable(SPEC.engine_rows)

@@ -33,7 +33,7 @@ from omni_fsm.registry import (
     uncovered_rules,
     update_lock,
 )
-from omni_fsm.traceability import discover_tests
+from omni_fsm.registry.traceability import discover_tests
 
 ROOT = Path(__file__).resolve().parents[2]
 REGISTRY = load_registry(ROOT)

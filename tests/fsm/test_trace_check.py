@@ -17,7 +17,7 @@ from omni_fsm import observations as ob
 from omni_fsm.cli import main as cli_main
 from omni_fsm.invariants import Monitor
 from omni_fsm.trace import TraceHeader, write_trace
-from omni_fsm.tracecheck import Recent
+from omni_fsm.trace.check import Recent
 
 KINDS = (StageKind.AR, StageKind.AR, StageKind.DIFFUSION)
 FINAL = (True, False, True)

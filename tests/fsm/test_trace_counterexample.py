@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-import omni_fsm.explore as explore_cli
+import omni_fsm.cli.explore as explore_cli
 from omni_fsm import events as ev
-from omni_fsm._explorer import Bound, Counterexample, Report, explore
 from omni_fsm.cli import main as cli_main
+from omni_fsm.cli.explore import replay, write_counterexample
 from omni_fsm.errors import InternalError
-from omni_fsm.explore import replay, write_counterexample
+from omni_fsm.explore.explorer import Bound, Counterexample, Report, explore
 
 from . import faults
 from .faults import B4_BOUND

@@ -1,6 +1,6 @@
 """The trace format (``omni_fsm.trace``): every class round-trips; every malformed line is named.
 
-The format is derived from the attrs classes of ``omni_fsm.events`` and ``omni_fsm.observations``;
+The format is derived from the attrs classes of ``omni_fsm.spec.events`` and ``omni_fsm.spec.observations``;
 these tests pin its vocabulary (a change of it is a change of the format) and check that the
 reader refuses each kind of bad input with ``MalformedInput`` at the right line.
 """

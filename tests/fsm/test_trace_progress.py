@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-import omni_fsm.explore as explore_cli
-import omni_fsm.tracecheck as tracecheck
+import omni_fsm.cli.explore as explore_cli
+import omni_fsm.trace.check as tracecheck
 from omni_fsm import Lifecycle, StageKind
 from omni_fsm import events as ev
 from omni_fsm.cli import main as cli_main
-from omni_fsm.explore import ProgressLine
+from omni_fsm.cli.explore import ProgressLine
 from omni_fsm.trace import write_trace
 
 PLAIN = re.compile(r"(exploring|checking liveness): [\d,]+ states, [\d,]+ edges, \d+ s")
@@ -57,7 +57,7 @@ def test_the_line_names_the_liveness_phase_once_the_search_is_over() -> None:
 
 
 def test_the_explorer_keeps_reporting_through_the_liveness_check() -> None:
-    from omni_fsm._explorer import FAMILIES, Bound, explore
+    from omni_fsm.explore.explorer import FAMILIES, Bound, explore
 
     seen: list[object] = []
     report = explore(Bound(requests=2, families=FAMILIES), progress=lambda s, e, t: seen.append((s, e)),

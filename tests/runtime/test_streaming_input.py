@@ -19,7 +19,7 @@ import pytest
 from omni_fsm import ControlMethod, Outcome, StageKind
 from omni_fsm import events as ev
 from omni_fsm import observations as ob
-from omni_fsm.core import dependent_id
+from omni_fsm.engine.core import dependent_id
 from omni_fsm.invariants import Monitor
 from omni_fsm.trace import TraceWriter
 from omni_runtime import Engine, OmniRuntimeError, Prompt, RequestRefused, simple_pipeline

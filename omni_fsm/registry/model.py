@@ -12,8 +12,8 @@ from pathlib import Path
 
 import attrs
 
-from omni_fsm._toml_lines import Fields, Lines, parse
 from omni_fsm.errors import MalformedInput
+from omni_fsm.registry.toml_lines import Fields, Lines, parse
 
 CONTRACTS_DIR = "specs/contracts"
 REGISTRY_FILE = "specs/invariants.toml"

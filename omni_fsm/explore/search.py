@@ -14,11 +14,11 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from omni_fsm import events as ev
-from omni_fsm._explore_world import Step, is_progress
+from omni_fsm.explore.world import Step, is_progress
+from omni_fsm.spec import events as ev
 
 if TYPE_CHECKING:
-    from omni_fsm._explorer import Explorer
+    from omni_fsm.explore.explorer import Explorer
 
 
 @attrs.frozen

@@ -17,11 +17,11 @@ from typing import Any
 import attrs
 from transitions import Machine, MachineError
 
-from omni_fsm._guards import GUARDS, Guard, check_guard_names
-from omni_fsm._record import Engine
-from omni_fsm._table import SPEC, Row, Spec
-from omni_fsm._vocab import EngineState, ReqState
 from omni_fsm.errors import ConfigError
+from omni_fsm.spec.guards import GUARDS, Guard, check_guard_names
+from omni_fsm.spec.record import Engine
+from omni_fsm.spec.table import SPEC, Row, Spec
+from omni_fsm.spec.vocabulary import EngineState, ReqState
 
 Condition = Callable[[Any], bool]
 

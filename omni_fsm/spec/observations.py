@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import attrs
 
-from omni_fsm._vocab import ControlMethod, EngineState, Outcome, Role
-from omni_fsm.frozen import direct_inits
+from omni_fsm.spec.frozen import direct_inits
+from omni_fsm.spec.vocabulary import ControlMethod, EngineState, Outcome, Role
 
 
 @attrs.frozen

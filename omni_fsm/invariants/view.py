@@ -6,8 +6,8 @@ from typing import Any
 
 import attrs
 
-from omni_fsm._vocab import Role
 from omni_fsm.invariants import upstream as up
+from omni_fsm.spec.vocabulary import Role
 
 
 @attrs.define(slots=True)

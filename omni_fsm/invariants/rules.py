@@ -8,10 +8,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from omni_fsm import observations as ob
-from omni_fsm._vocab import EngineState, Outcome, Role, StageKind
 from omni_fsm.invariants import upstream as up
-from omni_fsm.invariants._checks import (
+from omni_fsm.invariants.checks import (
     ABORT_ENDS,
     ABORT_PREFIX,
     ADMISSION,
@@ -34,10 +32,12 @@ from omni_fsm.invariants._checks import (
     STAGE_ORDER,
     THROUGH_ADAPTER,
 )
-from omni_fsm.invariants._view import View
+from omni_fsm.invariants.view import View
+from omni_fsm.spec import observations as ob
+from omni_fsm.spec.vocabulary import EngineState, Outcome, Role, StageKind
 
 if TYPE_CHECKING:
-    from omni_fsm.invariants._monitor import Monitor
+    from omni_fsm.invariants.monitor import Monitor
 
 _REASONS = {Outcome.FINISHED: {"stop", "length", "repetition"}, Outcome.ABORTED: {"abort"},
             Outcome.FAILED: {"error"}, Outcome.FATAL: {"error"}}

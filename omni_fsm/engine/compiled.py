@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from omni_fsm._guards import NAMESPACE, check_guard_names, inlined
-from omni_fsm._record import Engine
-from omni_fsm._table import Row
 from omni_fsm.errors import ConfigError
+from omni_fsm.spec.guards import NAMESPACE, check_guard_names, inlined
+from omni_fsm.spec.record import Engine
+from omni_fsm.spec.table import Row
 
 _Entry = tuple[tuple[str, ...], tuple[str, ...], Row]
 _Selector = Callable[[Any, Any, Engine], Row | None]

@@ -19,10 +19,10 @@ from collections.abc import Callable, Iterator
 
 import attrs
 
-from omni_fsm import observations as ob
 from omni_fsm.errors import MalformedInput
 from omni_fsm.invariants import Monitor, Violation
-from omni_fsm.trace import Item, Step, dumps, read_trace
+from omni_fsm.spec import observations as ob
+from omni_fsm.trace.jsonl import Item, Step, dumps, read_trace
 
 CLEAN, VIOLATIONS, MALFORMED, INTERNAL, INCOMPLETE = 0, 1, 2, 3, 4
 DEFAULT_CONTEXT = 6

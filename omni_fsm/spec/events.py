@@ -16,8 +16,8 @@ from typing import ClassVar
 
 import attrs
 
-from omni_fsm._vocab import ControlMethod, IdentityHashedEnum, ReqState, StopKind
-from omni_fsm.frozen import direct_inits
+from omni_fsm.spec.frozen import direct_inits
+from omni_fsm.spec.vocabulary import ControlMethod, IdentityHashedEnum, ReqState, StopKind
 
 
 class Origin(IdentityHashedEnum):

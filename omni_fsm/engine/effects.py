@@ -10,15 +10,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from omni_fsm import events as ev
-from omni_fsm import observations as ob
-from omni_fsm._guards import fold_outcome
-from omni_fsm._record import Record
-from omni_fsm._table import PARENTS, Effect
-from omni_fsm._vocab import STOP_REASON, TERMINAL_OUTCOME, Outcome, ReqState, Role, StageKind
+from omni_fsm.spec import events as ev
+from omni_fsm.spec import observations as ob
+from omni_fsm.spec.guards import fold_outcome
+from omni_fsm.spec.record import Record
+from omni_fsm.spec.table import PARENTS, Effect
+from omni_fsm.spec.vocabulary import STOP_REASON, TERMINAL_OUTCOME, Outcome, ReqState, Role, StageKind
 
 if TYPE_CHECKING:
-    from omni_fsm.core import Lifecycle
+    from omni_fsm.engine.core import Lifecycle
 
 Out = list[ob.Observation]
 

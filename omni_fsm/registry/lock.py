@@ -11,9 +11,9 @@ from pathlib import Path
 
 import attrs
 
-from omni_fsm._registry_checks import normalize
-from omni_fsm._registry_model import _ID, KINDS, LOCK_FILE, Registry
 from omni_fsm.errors import MalformedInput
+from omni_fsm.registry.checks import normalize
+from omni_fsm.registry.model import _ID, KINDS, LOCK_FILE, Registry
 
 UPDATE_LOCK = "`.venv/bin/python -m omni_fsm.registry --update-lock`"
 PROMOTIONS = frozenset({("deferred", "checked")})  #: the only kind changes an issued ID may make

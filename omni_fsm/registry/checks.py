@@ -12,8 +12,8 @@ from collections.abc import Callable, Collection, Sequence
 
 import attrs
 
-from omni_fsm._registry_model import LOCK_FILE, Invariant, Registry
 from omni_fsm.invariants import CHECKS, DIFFERENTIAL_CHECKS
+from omni_fsm.registry.model import LOCK_FILE, Invariant, Registry
 
 DERIVED = " Derived: "  #: separates a derived rule's cited sentence from its refinement
 

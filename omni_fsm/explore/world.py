@@ -11,15 +11,15 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from omni_fsm import events as ev
-from omni_fsm._record import ENGINE_FIELDS, RECORD_FIELDS, Record
-from omni_fsm._table import STAGE_LIVE
-from omni_fsm._vocab import LIVE, ControlMethod, ReqState, StageKind, StopKind
-from omni_fsm.core import fanout
+from omni_fsm.engine.core import fanout
 from omni_fsm.errors import ConfigError
+from omni_fsm.spec import events as ev
+from omni_fsm.spec.record import ENGINE_FIELDS, RECORD_FIELDS, Record
+from omni_fsm.spec.table import STAGE_LIVE
+from omni_fsm.spec.vocabulary import LIVE, ControlMethod, ReqState, StageKind, StopKind
 
 if TYPE_CHECKING:  # only a type here: the explorer builds the scratch core (tests swap its class there)
-    from omni_fsm.core import Lifecycle
+    from omni_fsm.engine.core import Lifecycle
 
 FAMILIES: dict[str, tuple[type[ev.Event], ...]] = {
     "submit": (ev.Submit,),

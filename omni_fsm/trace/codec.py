@@ -1,6 +1,6 @@
 """The trace format's codec: one line's JSON object to and from an event, an observation or the header.
 
-Names and fields come from the attrs classes of ``omni_fsm.events`` and ``omni_fsm.observations``
+Names and fields come from the attrs classes of ``omni_fsm.spec.events`` and ``omni_fsm.spec.observations``
 (``StageOutput`` is ``stage_output``); each field's decoder is built from its annotation at import,
 so the format follows the classes. No I/O here: ``omni_fsm.trace`` reads and writes whole files
 with it, and re-exports its public names.
@@ -18,10 +18,10 @@ from typing import Any
 
 import attrs
 
-from omni_fsm import events as ev
-from omni_fsm import observations as ob
-from omni_fsm._vocab import StageKind
 from omni_fsm.errors import ConfigError
+from omni_fsm.spec import events as ev
+from omni_fsm.spec import observations as ob
+from omni_fsm.spec.vocabulary import StageKind
 
 FORMAT_VERSION = 1
 VERSION_KEY = "omni_fsm_trace"

@@ -12,8 +12,8 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from omni_fsm._record import Engine, Record
-from omni_fsm._vocab import SEVERITY, TERMINAL, ControlMethod, EngineState, ReqState, Role, StageKind, StopKind
+from omni_fsm.spec.record import Engine, Record
+from omni_fsm.spec.vocabulary import SEVERITY, TERMINAL, ControlMethod, EngineState, ReqState, Role, StageKind, StopKind
 
 Guard = Callable[[Any, Any, Engine], bool]
 

@@ -15,13 +15,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
 
-from omni_fsm import events as ev
-from omni_fsm import observations as ob
-from omni_fsm._explorer import DEFAULT_FAMILIES, FAMILIES, Bound, Counterexample, Report, explore
-from omni_fsm._table import SPEC, Spec
-from omni_fsm._vocab import stage_kinds
-from omni_fsm.core import Lifecycle
+from omni_fsm.engine.core import Lifecycle
 from omni_fsm.errors import InternalError, LifecycleError
+from omni_fsm.explore.explorer import DEFAULT_FAMILIES, FAMILIES, Bound, Counterexample, Report, explore
+from omni_fsm.spec import events as ev
+from omni_fsm.spec import observations as ob
+from omni_fsm.spec.table import SPEC, Spec
+from omni_fsm.spec.vocabulary import stage_kinds
 
 #: Seconds between progress lines: rewritten in place on a terminal, else one plain line each.
 PROGRESS_EVERY_TTY, PROGRESS_EVERY = 1.0, 5.0
@@ -109,7 +109,7 @@ def main(args: argparse.Namespace) -> int:
 
 def _unwritable(folder: Path) -> str | None:
     """Return why counterexample traces cannot be written into ``folder`` (``None``: they can)."""
-    from omni_fsm.trace import make_folder
+    from omni_fsm.trace.jsonl import make_folder
 
     try:
         make_folder(folder)

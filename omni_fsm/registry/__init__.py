@@ -18,7 +18,8 @@ import sys
 from collections.abc import Collection, Sequence
 from pathlib import Path
 
-from omni_fsm._registry_checks import (
+from omni_fsm.errors import MalformedInput
+from omni_fsm.registry.checks import (
     DERIVED,
     REGISTRY_CHECKS,
     RegistryCheck,
@@ -29,8 +30,8 @@ from omni_fsm._registry_checks import (
     safe_change_topics_covered,
     uncovered_rules,
 )
-from omni_fsm._registry_lock import PROMOTIONS, UPDATE_LOCK, Issued, lock_problems, read_lock, rule_digest, update_lock
-from omni_fsm._registry_model import (
+from omni_fsm.registry.lock import PROMOTIONS, UPDATE_LOCK, Issued, lock_problems, read_lock, rule_digest, update_lock
+from omni_fsm.registry.model import (
     CONTRACTS_DIR,
     KINDS,
     LOCK_FILE,
@@ -46,7 +47,6 @@ from omni_fsm._registry_model import (
     load_contract,
     load_registry,
 )
-from omni_fsm.errors import MalformedInput
 
 __all__ = ["CONTRACTS_DIR", "DERIVED", "KINDS", "LOCK_FILE", "PROMOTIONS", "REGISTRY_CHECKS", "REGISTRY_FILE",
            "ROLES", "UPDATE_LOCK", "Contract", "Invariant", "Issued", "Item", "Range", "Registry", "RegistryCheck",
@@ -77,7 +77,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--root", type=Path, default=None, help="the checkout (default: found from cwd)")
     parser.add_argument("--update-lock", action="store_true", help="append newly issued IDs to specs/ids.lock")
     args = parser.parse_args(argv)
-    from omni_fsm.traceability import discover_tests  # the test scan is traceability's business
+    from omni_fsm.registry.traceability import discover_tests  # the test scan is traceability's business
 
     try:
         reg = load_registry(args.root)

@@ -12,15 +12,16 @@ from collections.abc import Iterable
 from functools import lru_cache
 from typing import Any, Protocol
 
-from omni_fsm import events as ev
-from omni_fsm import observations as ob
-from omni_fsm._compiled import CompiledTable
-from omni_fsm._effects import EFFECTS as _EFFECTS
-from omni_fsm._effects import ENGINE_EFFECTS as _ENGINE_EFFECTS
-from omni_fsm._effects import Fx, Out, follow_interrupted
-from omni_fsm._record import Engine, Record
-from omni_fsm._table import MISS_POLICY, SPEC, STAGE_LIVE, Effect, Miss, Row, Spec
-from omni_fsm._vocab import (
+from omni_fsm.engine.compiled import CompiledTable
+from omni_fsm.engine.effects import EFFECTS as _EFFECTS
+from omni_fsm.engine.effects import ENGINE_EFFECTS as _ENGINE_EFFECTS
+from omni_fsm.engine.effects import Fx, Out, follow_interrupted
+from omni_fsm.errors import ConfigError, InternalError, LifecycleError
+from omni_fsm.spec import events as ev
+from omni_fsm.spec import observations as ob
+from omni_fsm.spec.record import Engine, Record
+from omni_fsm.spec.table import MISS_POLICY, SPEC, STAGE_LIVE, Effect, Miss, Row, Spec
+from omni_fsm.spec.vocabulary import (
     BOUND,
     TERMINAL,
     ReqState,
@@ -28,7 +29,6 @@ from omni_fsm._vocab import (
     StageKind,
     pipeline_shape,
 )
-from omni_fsm.errors import ConfigError, InternalError, LifecycleError
 
 _id = id  # rows hash by value (attrs); the per-row plans are keyed by identity, a C-level hash
 

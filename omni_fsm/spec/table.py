@@ -21,9 +21,18 @@ from collections.abc import Iterable
 
 import attrs
 
-from omni_fsm import events as ev
-from omni_fsm._guards import resumes
-from omni_fsm._vocab import BOUND, HOLDS_SLOT, LIVE, PARKED, TERMINAL, EngineState, IdentityHashedEnum, ReqState
+from omni_fsm.spec import events as ev
+from omni_fsm.spec.guards import resumes
+from omni_fsm.spec.vocabulary import (
+    BOUND,
+    HOLDS_SLOT,
+    LIVE,
+    PARKED,
+    TERMINAL,
+    EngineState,
+    IdentityHashedEnum,
+    ReqState,
+)
 
 S = ReqState
 E = EngineState

@@ -21,8 +21,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from omni_fsm._explore_search import Counterexample, Report, search
-from omni_fsm._explore_world import (
+from omni_fsm.engine.core import Lifecycle
+from omni_fsm.errors import LifecycleError
+from omni_fsm.explore.search import Counterexample, Report, search
+from omni_fsm.explore.world import (
     DEFAULT_FAMILIES,
     FAMILIES,
     PROGRESS,
@@ -33,13 +35,11 @@ from omni_fsm._explore_world import (
     family_events,
     is_progress,
 )
-from omni_fsm._record import ENGINE_FIELDS, RECORD_FIELDS
-from omni_fsm._table import SPEC, Spec
-from omni_fsm._vocab import StopKind
-from omni_fsm.core import Lifecycle
-from omni_fsm.errors import LifecycleError
 from omni_fsm.invariants import Monitor
-from omni_fsm.invariants._monitor import VIEW_FIELDS
+from omni_fsm.invariants.monitor import VIEW_FIELDS
+from omni_fsm.spec.record import ENGINE_FIELDS, RECORD_FIELDS
+from omni_fsm.spec.table import SPEC, Spec
+from omni_fsm.spec.vocabulary import StopKind
 
 # -- the family codec: absolute rids <-> family-relative offsets ---------------------------------
 _REC_PARENT = RECORD_FIELDS.index("parent")

@@ -6,7 +6,7 @@ from typing import Any
 
 import attrs
 
-from omni_fsm._vocab import ControlMethod, EngineState, ReqState, Role, StageKind
+from omni_fsm.spec.vocabulary import ControlMethod, EngineState, ReqState, Role, StageKind
 
 
 @attrs.define(slots=True, eq=False, weakref_slot=False)

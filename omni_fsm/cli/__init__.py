@@ -15,15 +15,15 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 
-from omni_fsm.interrupt import interruptible
+from omni_fsm.cli.interrupt import interruptible
 
 #: subcommand -> (module, function, one-line help). Each function takes the parsed namespace
 #: and returns the exit code; each module also provides ``add_arguments(parser)``.
 SUBCOMMANDS: dict[str, tuple[str, str, str]] = {
-    "explore": ("omni_fsm.explore", "main", "exhaustively explore the lifecycle at a bound"),
-    "check": ("omni_fsm.tracecheck", "main", "check a JSONL lifecycle trace against the invariants"),
-    "diagram": ("omni_fsm.diagram", "main", "print the lifecycle as a mermaid state diagram"),
-    "traceability": ("omni_fsm.traceability", "main", "print docs/traceability.md from specs/"),
+    "explore": ("omni_fsm.cli.explore", "main", "exhaustively explore the lifecycle at a bound"),
+    "check": ("omni_fsm.trace.check", "main", "check a JSONL lifecycle trace against the invariants"),
+    "diagram": ("omni_fsm.cli.diagram", "main", "print the lifecycle as a mermaid state diagram"),
+    "traceability": ("omni_fsm.registry.traceability", "main", "print docs/traceability.md from specs/"),
 }
 BROKEN_PIPE = 141  #: the exit status when stdout's reader went away (128 + SIGPIPE, as the shell reports it)
 

@@ -9,11 +9,11 @@ still being written). An input line opens a step;
 the observations after it belong to it (observations before any input form a step with no
 event). States of the core never appear: a trace records only what can be observed.
 
-Names and fields come from the attrs classes of ``omni_fsm.events`` and
-``omni_fsm.observations`` (``StageOutput`` is ``stage_output``); the reader validates every line
+Names and fields come from the attrs classes of ``omni_fsm.spec.events`` and
+``omni_fsm.spec.observations`` (``StageOutput`` is ``stage_output``); the reader validates every line
 against those classes' fields, so the format follows them. See ``docs/trace-format.md``.
 This module is the I/O shell around the pure core, which never imports it. The codec of single
-lines (names, field checks, the header) is ``omni_fsm._trace_codec``; its public names are
+lines (names, field checks, the header) is ``omni_fsm.trace.codec``; its public names are
 re-exported here.
 """
 
@@ -29,9 +29,11 @@ import stat
 from collections.abc import Iterable, Iterator, Sequence
 from typing import IO, Any, NamedTuple
 
-from omni_fsm import events as ev
-from omni_fsm import observations as ob
-from omni_fsm._trace_codec import (
+from omni_fsm.errors import ConfigError, MalformedInput
+from omni_fsm.spec import events as ev
+from omni_fsm.spec import observations as ob
+from omni_fsm.spec.vocabulary import StageKind, pipeline_shape
+from omni_fsm.trace.codec import (
     _HEADER_SHAPE,
     FORMAT_VERSION,
     INPUTS,
@@ -48,12 +50,10 @@ from omni_fsm._trace_codec import (
 )
 
 # Names outside ``__all__`` that were always importable from here; ``as`` re-exports them for strict type checkers.
-from omni_fsm._trace_codec import END_KEY as END_KEY
-from omni_fsm._trace_codec import VERSION_KEY as VERSION_KEY
-from omni_fsm._trace_codec import Decode as Decode
-from omni_fsm._trace_codec import Item as Item
-from omni_fsm._vocab import StageKind, pipeline_shape
-from omni_fsm.errors import ConfigError, MalformedInput
+from omni_fsm.trace.codec import END_KEY as END_KEY
+from omni_fsm.trace.codec import VERSION_KEY as VERSION_KEY
+from omni_fsm.trace.codec import Decode as Decode
+from omni_fsm.trace.codec import Item as Item
 
 # -- reading -----------------------------------------------------------------------------------
 

@@ -15,11 +15,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from omni_fsm import events as ev
-from omni_fsm import observations as ob
-from omni_fsm._vocab import EngineState, Outcome, Role, StageKind, pipeline_shape
 from omni_fsm.invariants import upstream as up
-from omni_fsm.invariants._checks import (
+from omni_fsm.invariants.checks import (
     ABORT_ENDS,
     ABORT_PREFIX,
     ADMISSION,
@@ -53,8 +50,11 @@ from omni_fsm.invariants._checks import (
     CheckInfo,
     Violation,
 )
-from omni_fsm.invariants._observation_rules import _HANDLERS
-from omni_fsm.invariants._view import VIEW_FIELDS, View
+from omni_fsm.invariants.rules import _HANDLERS
+from omni_fsm.invariants.view import VIEW_FIELDS, View
+from omni_fsm.spec import events as ev
+from omni_fsm.spec import observations as ob
+from omni_fsm.spec.vocabulary import EngineState, Outcome, Role, StageKind, pipeline_shape
 
 _AR_STATUS: dict[type, str] = {
     ev.Scheduled: up.RUNNING, ev.Preempted: up.PREEMPTED, ev.AwaitGrammar: up.GRAMMAR,

@@ -11,9 +11,9 @@ import argparse
 import enum
 from typing import Any, Literal
 
-from omni_fsm._table import MISS_POLICY, SPEC, Effect, Row, Spec
-from omni_fsm._vocab import BOUND, ENGINE_TERMINAL, HOLDS_SLOT, LIVE, PARKED, TERMINAL, EngineState, ReqState
 from omni_fsm.errors import ConfigError
+from omni_fsm.spec.table import MISS_POLICY, SPEC, Effect, Row, Spec
+from omni_fsm.spec.vocabulary import BOUND, ENGINE_TERMINAL, HOLDS_SLOT, LIVE, PARKED, TERMINAL, EngineState, ReqState
 
 Which = Literal["request", "engine"]
 REGENERATE = ".venv/bin/omni-fsm diagram --markdown > docs/lifecycle.md"
@@ -88,7 +88,7 @@ def render_lifecycle_markdown(spec: Spec = SPEC) -> str:
         "",
         f"<!-- Generated from omni_fsm/_table.py by omni_fsm/diagram.py; do not edit. Run `{REGENERATE}`. -->",
         "",
-        "One table (`omni_fsm._table.SPEC`) is the whole lifecycle: rows `source --event [guards]--> target /"
+        "One table (`omni_fsm.spec.table.SPEC`) is the whole lifecycle: rows `source --event [guards]--> target /"
         " effects`, tried in order; the first row whose guards hold wins. The core's compiled fast path, the"
         " `transitions` reference machine, the explorer and this page are all built from it.",
         "",
