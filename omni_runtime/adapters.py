@@ -14,7 +14,6 @@ from typing import Any
 import attrs
 
 from omni_fsm import StageKind
-from omni_fsm.spec.frozen import direct_inits
 
 
 def _token_ids(owner: str) -> Any:
@@ -142,9 +141,6 @@ class StageInput:
     sampling: Sampling | None = None
     #: a streaming-input session: more input follows through the runtime's ``feed_input``
     streaming: bool = False
-
-
-direct_inits(StageInput)
 
 #: (the client's prompt, the previous stage's result, its companions' results, the previous stage's text) -> input
 InputAdapter = Callable[[Prompt, Any, tuple[Any, ...], str | None], StageInput]

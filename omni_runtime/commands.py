@@ -8,7 +8,6 @@ from typing import Any
 import attrs
 
 from omni_fsm import ControlMethod, EngineState, Outcome
-from omni_fsm.spec.frozen import direct_inits
 from omni_runtime.adapters import StageInput
 
 
@@ -134,7 +133,3 @@ class StopOrchestrator(Command):
 @attrs.frozen(slots=True)
 class StopRuntimes(Command):
     """Shut every runtime down (always after ``StopOrchestrator``)."""
-
-
-direct_inits(Command)
-direct_inits(ClientMessage)

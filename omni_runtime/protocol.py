@@ -20,7 +20,6 @@ from typing import Any, Protocol, runtime_checkable
 import attrs
 
 from omni_fsm import ControlMethod, IdentityHashedEnum, StopKind
-from omni_fsm.spec.frozen import direct_inits
 from omni_runtime.adapters import StageInput
 
 
@@ -119,9 +118,6 @@ class ReplicaDied(Report):
 @attrs.frozen(slots=True)
 class EngineDead(Report):
     """The whole engine is unusable (a fatal error no replica survives)."""
-
-
-direct_inits(Report)
 
 #: how ``pause_scheduler`` treats the requests in flight, given as one of its tags (vLLM's ``PauseMode``):
 #: ``keep`` them, parked, until resume (the default here); ``wait`` for them to finish; ``abort`` them (each is

@@ -1,6 +1,8 @@
 """``omni-fsm``: the command line, a thin shell around the pure core.
 
-``import omni_fsm`` never imports this module; running it imports every subcommand's module to
+One module here per subcommand (``explore``, ``check``, ``diagram``, ``traceability``,
+``registry``): its options, its output and its exit codes, around the library it drives.
+``import omni_fsm`` never imports this package; running it imports every subcommand's module to
 build the parser. Ctrl-C and SIGTERM end any subcommand with one line and exit 130 (a trace or
 counterexample being written leaves no temporary file); a reader that goes away (``| head``)
 ends it quietly with exit 141.
@@ -21,9 +23,11 @@ from omni_fsm.cli.interrupt import interruptible
 #: and returns the exit code; each module also provides ``add_arguments(parser)``.
 SUBCOMMANDS: dict[str, tuple[str, str, str]] = {
     "explore": ("omni_fsm.cli.explore", "main", "exhaustively explore the lifecycle at a bound"),
-    "check": ("omni_fsm.trace.check", "main", "check a JSONL lifecycle trace against the invariants"),
+    "check": ("omni_fsm.cli.check", "main", "check a JSONL lifecycle trace against the invariants"),
     "diagram": ("omni_fsm.cli.diagram", "main", "print the lifecycle as a mermaid state diagram"),
-    "traceability": ("omni_fsm.registry.traceability", "main", "print docs/traceability.md from specs/"),
+    "traceability": ("omni_fsm.cli.traceability", "main", "print docs/traceability.md from specs/"),
+    "registry": ("omni_fsm.cli.registry", "main",
+                 "validate specs/ (contracts, invariant registry, ID lock); --update-lock issues new IDs"),
 }
 BROKEN_PIPE = 141  #: the exit status when stdout's reader went away (128 + SIGPIPE, as the shell reports it)
 

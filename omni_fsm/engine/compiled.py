@@ -1,9 +1,9 @@
-"""The compiled fast path: the table turned into one small Python function per
-``(state, event type)``, for hot loops.
+"""Row selection for hot loops: the table indexed as ``event type -> state -> select(record, event, engine)``.
 
-Each function tests its rows' guards in table order and returns the first row that matches,
-exactly what the ``transitions`` reference does (a property test holds the two together). The
-functions are generated from the rows, so nothing is typed twice.
+Each selector tests its rows' guards (the functions of ``GUARDS``) in table order and returns the
+first row that matches, exactly what the ``transitions`` reference does (a property test holds the
+two together). Selectors are plain closures over the rows and the guard functions: no code is
+generated, so a guard's error shows the guard's own file and line.
 """
 
 from __future__ import annotations
@@ -12,50 +12,80 @@ from collections.abc import Callable
 from typing import Any
 
 from omni_fsm.errors import ConfigError
-from omni_fsm.spec.guards import NAMESPACE, check_guard_names, inlined
+from omni_fsm.spec import selection as generated
+from omni_fsm.spec.guards import GUARDS, Guard, check_guard_names
 from omni_fsm.spec.record import Engine
-from omni_fsm.spec.table import Row
+from omni_fsm.spec.table import Row, rows_digest
 
 _Entry = tuple[tuple[str, ...], tuple[str, ...], Row]
-_Selector = Callable[[Any, Any, Engine], Row | None]
+Selector = Callable[[Any, Any, Engine], Row | None]
 
 
-def _selector(entries: tuple[_Entry, ...]) -> _Selector:
-    """Generate ``select(r, e, g)`` for one (state, event type)'s rows, guard expressions inlined."""
-    names: dict[str, Any] = dict(NAMESPACE)
-    lines = ["def select(r, e, g):"]
-    for i, (when, unless, row) in enumerate(entries):
-        names[f"row{i}"] = row
-        tests = [f"({inlined(g)})" for g in when] + [f"not ({inlined(g)})" for g in unless]
-        if not tests:
-            if i != len(entries) - 1:  # rows after an unguarded one could never match: a table bug
-                raise ConfigError(f"{row.source!r} --{row.event.__name__}-->: an unguarded row hides the rows after it")
-            lines.append(f"    return row{i}")
-            break
-        lines.append(f"    if {' and '.join(tests)}:\n        return row{i}")
-    else:
-        lines.append("    return None")
-    exec("\n".join(lines), names)  # generated from the table's own rows and guards, nothing else
-    selector: _Selector = names["select"]
-    return selector
+def _always(row: Row) -> Selector:
+    """Return the selector of one unguarded row (most (state, event type) pairs have just that)."""
+
+    def select(record: Any, event: Any, engine: Engine) -> Row:
+        return row
+
+    return select
+
+
+def _first_holding(tests: tuple[tuple[tuple[Guard, ...], tuple[Guard, ...], Row], ...]) -> Selector:
+    """Return the selector that tries ``(when, unless, row)`` in order: every ``when`` holds, no ``unless`` does."""
+
+    def select(record: Any, event: Any, engine: Engine) -> Row | None:
+        for when, unless, row in tests:
+            for guard in when:
+                if not guard(record, event, engine):
+                    break
+            else:
+                for guard in unless:
+                    if guard(record, event, engine):
+                        break
+                else:
+                    return row
+        return None
+
+    return select
+
+
+def selector(entries: tuple[_Entry, ...], guards: dict[str, Guard]) -> Selector:
+    """Return ``select(record, event, engine)`` for one (state, event type)'s rows, in match order."""
+    for when, unless, row in entries[:-1]:
+        if not when and not unless:  # rows after an unguarded one could never match: a table bug
+            raise ConfigError(f"{row.source!r} --{row.event.__name__}-->: an unguarded row hides the rows after it")
+    if len(entries) == 1 and not entries[0][0] and not entries[0][1]:
+        return _always(entries[0][2])
+    tests = tuple((tuple(guards[g] for g in when), tuple(guards[g] for g in unless), row)
+                  for when, unless, row in entries)  # fmt: skip
+    return _first_holding(tests)
+
+
+def is_generated_for(rows: tuple[Row, ...], guards: dict[str, Guard]) -> bool:
+    """Return whether ``spec/selection.py`` was generated from ``rows`` and these very guard functions."""
+    return rows_digest(rows) == generated.DIGEST and all(guards.get(n) is g for n, g in generated.MADE_WITH.items())
 
 
 class CompiledTable:
-    """``(state, event type) -> rows in match order``, one generated selector each (guards inlined)."""
+    """``(state, event type) -> rows in match order``, one selector each: the generated ones
+    (``spec/selection.py``, guards inlined) for the table they were made from, else closures over
+    the guard functions (``closures=True`` forces those)."""
 
     __slots__ = ("index", "lookup")
 
-    def __init__(self, rows: tuple[Row, ...]) -> None:
+    def __init__(self, rows: tuple[Row, ...], guards: dict[str, Guard] | None = None, closures: bool = False) -> None:
+        guards = GUARDS if guards is None else guards
         check_guard_names({g for r in rows for g in (*r.when, *r.unless)})
         lookup: dict[tuple[Any, type], list[_Entry]] = {}
         for row in rows:
-            entry = (row.when, row.unless, row)
-            lookup.setdefault((row.source, row.event), []).append(entry)
+            lookup.setdefault((row.source, row.event), []).append((row.when, row.unless, row))
         self.lookup: dict[tuple[Any, type], tuple[_Entry, ...]] = {k: tuple(v) for k, v in lookup.items()}
         # ``event type -> state -> selector`` (states hash by identity, in C: see ``IdentityHashedEnum``)
-        index: dict[type, dict[Any, _Selector]] = {}
+        index: dict[type, dict[Any, Selector]] = {}
         for (state, event), entries in self.lookup.items():
-            index.setdefault(event, {})[state] = _selector(entries)
+            index.setdefault(event, {})[state] = selector(entries, guards)  # also checks the rows' order
+        if not closures and is_generated_for(rows, guards):
+            index = generated.INDEX
         self.index = index  #: event type -> state -> selector (a hot loop may look it up inline)
 
     def select(self, subject: Any, event: Any, engine: Engine) -> Row | None:
@@ -63,18 +93,15 @@ class CompiledTable:
         by_state = self.index.get(event.__class__)
         if by_state is None:
             return None
-        selector = by_state.get(subject.state)
-        return None if selector is None else selector(subject, event, engine)
+        select = by_state.get(subject.state)
+        return None if select is None else select(subject, event, engine)
 
     def fire(self, subject: Any, event: Any, engine: Engine) -> Row | None:
         """Select the row and move ``subject`` to its target; ``None`` (no change) if none."""
-        by_state = self.index.get(event.__class__)
-        if by_state is None:
-            return None
-        selector = by_state.get(subject.state)
-        if selector is None:
-            return None
-        row = selector(subject, event, engine)
+        row = self.select(subject, event, engine)
         if row is not None:
             subject.state = row.target
         return row
+
+
+__all__ = ["CompiledTable", "Selector", "is_generated_for", "selector"]

@@ -1,8 +1,12 @@
-"""The lifecycle core: events in, observations out; every decision read from the table.
+"""The lifecycle core: events in, observations out; every decision read from the specification.
 
 Sans-IO: no I/O, no threads, no asyncio. ``Lifecycle.handle`` takes one event and returns
 what happened as a list of observations, which double as commands for a driver (dispatch,
 forward, emit, abort at a stage, answer an RPC, stop).
+
+This module executes a ``Spec`` and decides nothing of its own: what is dropped before the table
+and what a miss does (``spec.policy``), which row fires (``spec.table`` and its guards), what the
+row's effects do and whom they reach (``spec.effects``), how slots move (``spec.policy``).
 """
 
 from __future__ import annotations
@@ -13,38 +17,26 @@ from functools import lru_cache
 from typing import Any, Protocol
 
 from omni_fsm.engine.compiled import CompiledTable
-from omni_fsm.engine.effects import EFFECTS as _EFFECTS
-from omni_fsm.engine.effects import ENGINE_EFFECTS as _ENGINE_EFFECTS
-from omni_fsm.engine.effects import Fx, Out, follow_interrupted
 from omni_fsm.errors import ConfigError, InternalError, LifecycleError
 from omni_fsm.spec import events as ev
 from omni_fsm.spec import observations as ob
-from omni_fsm.spec.record import Engine, Record
-from omni_fsm.spec.table import MISS_POLICY, SPEC, STAGE_LIVE, Effect, Miss, Row, Spec
-from omni_fsm.spec.vocabulary import (
-    BOUND,
-    TERMINAL,
-    ReqState,
-    Role,
-    StageKind,
-    pipeline_shape,
-)
+from omni_fsm.spec import policy
+from omni_fsm.spec.effects import EFFECTS as _EFFECTS
+from omni_fsm.spec.effects import ENGINE_EFFECTS as _ENGINE_EFFECTS
+from omni_fsm.spec.effects import Effect, EngineFx, FanOut, Fx, Out, fan_out_effect, fan_out_engine_effect
+from omni_fsm.spec.effects import follow_interrupted as _follow_interrupted
+from omni_fsm.spec.guards import GUARDS, Guard
+from omni_fsm.spec.policy import INTAKE, MISS_POLICY, MISS_REWRITE, SPAWNED, STAGE_LIVE, CallId, Miss
+from omni_fsm.spec.record import Engine, Record, dependent_id, fanout
+from omni_fsm.spec.table import SPEC, Row, Spec
+from omni_fsm.spec.vocabulary import ReqState, Role, StageKind, pipeline_shape
 
 _id = id  # rows hash by value (attrs); the per-row plans are keyed by identity, a C-level hash
+#: the event types about one request (the others are the engine's), as the intake declares them
+_PER_REQUEST = frozenset(kind for kind, intake in INTAKE.items() if intake.per_request)
+_CLIENT = Role.CLIENT
 
-
-def fanout(n: int, companions: int) -> int:
-    """Return how many dependent ids a request with ``n`` samples or ``companions`` owns after its own.
-
-    A request submitted as ``rid`` owns ``rid+1 .. rid+fanout(n, companions)``: its ``n>1`` samples
-    (the children; ``n == 1`` has none) or its CFG companions (a request has one kind or neither).
-    """
-    return n if n > 1 else companions
-
-
-def dependent_id(rid: int, index: int) -> int:
-    """Return the id of dependent ``index`` (0-based: a sample's index, or a companion's) of ``rid``."""
-    return rid + 1 + index
+__all__ = ["Counters", "Lifecycle", "Table", "dependent_id", "fanout"]
 
 
 class Counters:
@@ -60,6 +52,17 @@ class Counters:
     def as_dict(self) -> dict[str, int]:
         """Return the counters by name."""
         return {name: getattr(self, name) for name in self.__slots__}
+
+
+class Table(Protocol):
+    """What the core needs of a table: the first row whose guards hold (the compiled table, the reference)."""
+
+    def select(self, subject: Any, event: Any, engine: Engine) -> Row | None: ...
+
+
+#: A row's plan: its effect functions, whether it ends the request, whether it frees / takes a slot
+#: (``None``: an abort is involved, decided when it fires).
+_Plan = tuple[tuple[Fx, ...], bool, bool | None, bool | None]
 
 
 class Lifecycle:
@@ -80,17 +83,18 @@ class Lifecycle:
             raise ConfigError("capacity must be at least 1")
         self.spec = spec
         self.engine = Engine(kinds=kinds_t, final=final_t, capacity=capacity)
-        self.table = _compiled(spec.rows)  # sets ``_index`` too (see the property)
-        self.engine_table: Table = _compiled(spec.engine_rows)
+        guards = tuple(GUARDS.items())
+        self.table = _compiled(spec.rows, guards)  # sets the inline index too (see the property)
+        self.engine_table: Table = _compiled(spec.engine_rows, guards)
         self.records: dict[int, Record] = {}
         self.counters = Counters()
-        # per row (by identity): its effect functions, whether it enters a terminal state, and
-        # whether it frees / takes a slot (``None``: an abort decides, at run time). The compiled
-        # table is shared by equal tables, so its rows may be equal copies of the spec's: both count.
+        # per row (by identity): its plan. The compiled table is shared by equal tables, so its rows may be equal
+        # copies of the spec's: both count.
         shared = (r for rows in self.table.lookup.values() for _, _, r in rows)
-        self._plans = {_id(r): _plan(r, spec.holds_slot) for r in (*spec.rows, *shared)}
-        self._on_terminal = _effect_functions(spec.on_terminal, "on_terminal")
-        self._queue: deque[ev.Event] = deque()
+        self._plans: dict[int, _Plan] = {_id(r): self._plan(r) for r in (*spec.rows, *shared)}
+        self._on_terminal = self._effect_functions(spec.on_terminal, "on_terminal")
+        self._engine_effects = {_id(r): self._engine_effect_functions(r) for r in spec.engine_rows}
+        self._queue: deque[ev.RequestEvent] = deque()
 
     @property
     def table(self) -> Table:
@@ -100,9 +104,10 @@ class Lifecycle:
     @table.setter
     def table(self, table: Table) -> None:
         self._table = table
-        # ``_fire`` looks selectors up inline: ``event type -> state -> select(r, e, g)``
-        self._index: Any = table.index if isinstance(table, CompiledTable) else {
-            kind: dict.fromkeys(ReqState, table.select) for kind in ev.REQUEST_EVENTS}  # every case asks ``select``
+        # ``_fire`` looks selectors up inline: ``event type -> state -> select(r, e, g)``; any other table is
+        # asked through ``select`` for every (state, event type)
+        index = getattr(table, "index", None)
+        self._index: Any = index if isinstance(table, CompiledTable) else _Every(table.select)
 
     # -- queries -------------------------------------------------------------------------
 
@@ -113,11 +118,24 @@ class Lifecycle:
 
     def holds_slot(self, rec: Record) -> bool:
         """Return whether ``rec`` occupies a slot of its current stage."""
-        return self._holds(rec.state, rec.resume)
+        return policy.holds_slot(rec.state, rec.resume, self.spec.holds_slot)
 
-    def _holds(self, state: ReqState, resume: ReqState | None) -> bool:
-        """Return whether a record in ``state`` holds a slot (while aborting: as the state it interrupted)."""
-        return (resume if state is ReqState.ABORTING else state) in self.spec.holds_slot
+    # -- the effects' context ----------------------------------------------------------------
+
+    def enqueue(self, event: ev.RequestEvent) -> None:
+        """Queue an internal event (an effect's fan-out), handled after the current one, in order."""
+        self._queue.append(event)
+
+    def drain(self, out: Out) -> None:
+        """Handle every queued internal event now, appending their observations to ``out``."""
+        queue = self._queue
+        while queue:
+            event = queue.popleft()
+            try:
+                self._request(event, out, top=False)
+            except LifecycleError as exc:  # the core's own fan-out was refused: a table bug, not a client's
+                queue.clear()
+                raise InternalError(f"fan-out {event!r} refused: {exc}") from None
 
     # -- the one entry point ---------------------------------------------------------------
 
@@ -128,60 +146,44 @@ class Lifecycle:
         allowed in the current state, ``TypeError`` when ``event`` is no event.
         """
         out: Out = []
-        if isinstance(event, ev.RequestEvent):
-            self._request(event, out, True)
-        elif isinstance(event, ev.Event):
-            self._engine(event, out)
+        if event.__class__ in _PER_REQUEST:
+            self._request(event, out, True)  # type: ignore[arg-type]
         else:
-            raise TypeError(f"Lifecycle.handle takes an event of omni_fsm.events, got {event!r}")
+            intake = INTAKE.get(event.__class__)
+            if intake is None:
+                raise TypeError(f"Lifecycle.handle takes an event of omni_fsm.events, got {event!r}")
+            self._engine(event, intake, out)
         if self._queue:
-            self._drain(out)
+            self.drain(out)
         return out
-
-    def _drain(self, out: Out) -> None:
-        queue = self._queue
-        while queue:
-            event = queue.popleft()
-            if not isinstance(event, ev.RequestEvent):  # pragma: no cover - only request events are queued
-                raise InternalError(f"queued engine event {event!r}")
-            try:
-                self._request(event, out, top=False)
-            except LifecycleError as exc:  # the core's own fan-out was refused: a table bug, not a client's
-                queue.clear()
-                raise InternalError(f"fan-out {event!r} refused: {exc}") from None
 
     # -- requests --------------------------------------------------------------------------
 
     def _request(self, event: ev.RequestEvent, out: Out, top: bool) -> None:
+        intake = INTAKE[event.__class__]
         rec = self.records.get(event.rid)
-        if event.__class__ is ev.Submit:
+        if intake.admits:
             if rec is None:
-                rec = self._admit_client(event)
-                out.append(ob.Submitted(rec.rid, Role.CLIENT, -1, event.n, event.companions))
-                try:
-                    self._fire(rec, event, out)
-                except LifecycleError:  # refused: nothing changes, the record goes again
-                    del self.records[rec.rid]
-                    raise
+                self._admit(event, out)  # type: ignore[arg-type]
                 return
-            if rec.state is not ReqState.NEW or top:  # a spawned dependent is submitted by its parent only
+            if rec.state is not SPAWNED or top:  # a spawned dependent is submitted by its parent only
                 raise LifecycleError(rec.rid, rec.state, event, "id already tracked")
         elif rec is None:
             if top:  # fan-out to a dependent that already ended is silent
                 self.counters.dropped_unknown += 1
                 out.append(ob.Dropped(event.rid, type(event).__name__, "unknown"))
             return
-        elif isinstance(event, ev.StageEvent) and (event.stage != rec.stage or rec.state not in STAGE_LIVE):
+        elif intake.stage_scoped and (event.stage != rec.stage or rec.state not in STAGE_LIVE):  # type: ignore[attr-defined]
             self.counters.dropped_stale += 1
             out.append(ob.Dropped(event.rid, type(event).__name__, "stale"))
             return
         self._fire(rec, event, out)
 
-    def _admit_client(self, event: ev.Submit) -> Record:
-        if event.rid < 0:
-            raise LifecycleError(event.rid, ReqState.NEW, event, "request ids are non-negative")
-        if event.n < 1 or event.companions < 0 or (event.n > 1 and event.companions > 0):
-            raise LifecycleError(event.rid, ReqState.NEW, event, "need n >= 1, companions >= 0, not both")
+    def _admit(self, event: ev.Submit, out: Out) -> None:
+        """Make the record of a client's new request and fire its submit (refused: the record goes again)."""
+        problem = policy.admission_problem(event)
+        if problem is not None:
+            raise LifecycleError(event.rid, SPAWNED, event, problem)
         owned = fanout(event.n, event.companions)
         for k in range(owned):
             if (dep := dependent_id(event.rid, k)) in self.records:
@@ -189,33 +191,29 @@ class Lifecycle:
         rec = Record(event.rid, last_stage=len(self.engine.kinds) - 1, fanout=owned,
                      children_left=event.n if event.n > 1 else 0, companions_left=event.companions)
         self.records[event.rid] = rec
-        return rec
+        out.append(ob.Submitted(rec.rid, _CLIENT, -1, event.n, event.companions))
+        try:
+            self._fire(rec, event, out)
+        except LifecycleError:
+            del self.records[rec.rid]
+            raise
 
     def _fire(self, rec: Record, event: ev.RequestEvent, out: Out) -> Row:
         by_state = self._index.get(event.__class__)  # ``self.table.select``, inline: the hottest call there is
         select = None if by_state is None else by_state.get(rec.state)
         row: Row | None = None if select is None else select(rec, event, self.engine)
         if row is None:
-            miss = MISS_POLICY[event.ORIGIN]
-            if miss is Miss.REFUSE:
-                raise LifecycleError(rec.rid, rec.state, event)
-            if miss is Miss.BUG:
-                raise InternalError(f"no row for internal {event!r} in {rec.state!r}")
-            if event.__class__ is ev.StageFailed:  # the fallback itself has no row: a table bug
-                raise InternalError(f"no row for {event!r} in {rec.state!r}")
-            self.counters.failed_illegal += 1
-            out.append(ob.Rejected(rec.rid, type(event).__name__))
-            return self._fire(rec, ev.StageFailed(rec.rid, rec.stage), out)
+            return self._miss(rec, event, out)
         effects, terminal, free, take = self._plans[_id(row)]
         source, held_stage = rec.state, rec.stage
-        held = free is None and self._holds(source, rec.resume)  # an abort is involved: decided at run time
+        if free is None:  # an abort is involved: slots follow the state it interrupted (or restores)
+            held = policy.holds_slot(source, rec.resume, self.spec.holds_slot)
         rec.state = row.target  # type: ignore[assignment]
         for effect in effects:
             effect(self, rec, event, source, out)
-        if free is None:  # slots follow the state the abort interrupted (or restores)
-            holds = self._holds(rec.state, rec.resume)
-            moved = rec.stage != held_stage
-            free, take = _slot_moves(held, holds, moved)
+        if free is None:
+            holds = policy.holds_slot(rec.state, rec.resume, self.spec.holds_slot)
+            free, take = policy.slot_moves(held, holds, rec.stage != held_stage)
         if free:
             self.engine.slots_used[held_stage] -= 1
             out.append(ob.SlotFreed(rec.rid, held_stage))
@@ -227,29 +225,29 @@ class Lifecycle:
                 effect(self, rec, event, source, out)
         return row
 
-    def _spawn(self, parent: Record, role: Role, count: int, out: Out) -> None:
-        last = 0 if role is Role.COMPANION else parent.last_stage
-        for k in range(count):
-            rid = dependent_id(parent.rid, k)
-            self.records[rid] = Record(rid, role=role, parent=parent.rid, last_stage=last, sample=k)
-            out.append(ob.Submitted(rid, role, parent.rid))
-            self._queue.append(ev.Submit(rid))
-
-    def _dependents(self, rec: Record) -> list[int]:
-        return [d for d in (dependent_id(rec.rid, k) for k in range(rec.fanout)) if d in self.records]
-
-    def _client_of(self, rec: Record) -> tuple[int, int]:
-        return (rec.parent, rec.sample) if rec.role is Role.CHILD else (rec.rid, -1)
+    def _miss(self, rec: Record, event: ev.RequestEvent, out: Out) -> Row:
+        """No row: what the event's origin says (refuse, fail the request, or a bug of the core)."""
+        miss = MISS_POLICY[event.ORIGIN]
+        if miss is Miss.REFUSE:
+            raise LifecycleError(rec.rid, rec.state, event)
+        if miss is Miss.BUG:
+            raise InternalError(f"no row for internal {event!r} in {rec.state!r}")
+        if event.__class__ is MISS_REWRITE:  # the rewrite itself has no row: a table bug
+            raise InternalError(f"no row for {event!r} in {rec.state!r}")
+        self.counters.failed_illegal += 1
+        out.append(ob.Rejected(rec.rid, type(event).__name__))
+        return self._fire(rec, MISS_REWRITE(rec.rid, rec.stage), out)
 
     # -- the engine's control plane -----------------------------------------------------------
 
-    def _engine(self, event: ev.Event, out: Out) -> None:
+    def _engine(self, event: ev.Event, intake: policy.Intake, out: Out) -> None:
         eng = self.engine
-        if isinstance(event, (ev.RpcDone, ev.RpcFailed)) and event.call_id not in eng.pending_rpcs:
+        rule = intake.call_id
+        if rule is CallId.IN_FLIGHT and event.call_id not in eng.pending_rpcs:  # type: ignore[attr-defined]
             self.counters.dropped_unknown += 1
             out.append(ob.Dropped(-1, type(event).__name__, "unknown"))
             return
-        if isinstance(event, ev.Control) and event.call_id in eng.pending_rpcs:
+        if rule is CallId.NEW and event.call_id in eng.pending_rpcs:  # type: ignore[attr-defined]
             raise LifecycleError(None, eng.state, event, "call id already in flight")
         row = self.engine_table.select(eng, event, eng)
         if row is None:
@@ -265,8 +263,9 @@ class Lifecycle:
         eng.state = row.target  # type: ignore[assignment]
         if eng.state is not source:
             out.append(ob.EngineChanged(eng.state))
-        for effect in row.effects:
-            _ENGINE_EFFECTS[effect](self, event, out)
+        effects = self._engine_effects.get(_id(row))
+        for effect in self._engine_effect_functions(row) if effects is None else effects:
+            effect(self, event, out)
 
     # -- explorer support: the whole core as a hashable value --------------------------------
 
@@ -285,44 +284,61 @@ class Lifecycle:
             rec.load(rsnap)
             self.records[rid] = rec
 
+    # -- building: each row's effects and slot moves, resolved once --------------------------
 
-class Table(Protocol):
-    """What the core needs of a table: the first row whose guards hold (the compiled table, the reference)."""
+    def _plan(self, row: Row) -> _Plan:
+        """Return a row's effect functions, whether it ends the request, and whether it frees / takes a slot."""
+        effects = self._effect_functions(row.effects, row, row.resume_to)
+        plan = policy.slot_plan(row.source, row.target, row.effects, self.spec.holds_slot)  # type: ignore[arg-type]
+        return effects, plan.terminal, plan.free, plan.take
 
-    def select(self, subject: Any, event: Any, engine: Engine) -> Row | None: ...
+    def _effect_functions(self, effects: tuple[Effect, ...], where: object, resume_to: Any = None) -> tuple[Fx, ...]:
+        """Return the functions of request-level ``effects``; an engine effect on a request row is a table bug,
+        and so is ``FOLLOW_INTERRUPTED`` without a ``resume_to`` still bound to the stage."""
+        fan_out = self.spec.fan_out
+        unknown = [e for e in effects if e not in _EFFECTS and e not in fan_out and e is not Effect.FOLLOW_INTERRUPTED]
+        if unknown:
+            raise ConfigError(f"{where!r}: {', '.join(e.name for e in unknown)} has no meaning for a request")
+        problem = policy.row_problem(effects, resume_to)
+        if problem is not None:
+            raise ConfigError(f"{where!r}: {problem}")
+        return tuple(_request_effect(e, fan_out, resume_to) for e in effects)
+
+    def _engine_effect_functions(self, row: Row) -> tuple[EngineFx, ...]:
+        """Return the functions of an engine row's effects (fan-outs as the spec declares them)."""
+        fan_out = self.spec.fan_out
+        return tuple(fan_out_engine_effect(fan_out[e]) if e in fan_out else _ENGINE_EFFECTS[e] for e in row.effects)
+
+
+def _request_effect(effect: Effect, fan_out: Any, resume_to: Any) -> Fx:
+    """Return what ``effect`` does on a request row."""
+    if effect is Effect.FOLLOW_INTERRUPTED:
+        return _follow_interrupted(resume_to)
+    spread: FanOut | None = fan_out.get(effect)
+    return _EFFECTS[effect] if spread is None else fan_out_effect(spread)
+
+
+class _Every(dict):  # type: ignore[type-arg]
+    """``event type -> state -> select`` for a table that is not compiled: every case asks its ``select``."""
+
+    def __init__(self, select: Any) -> None:
+        super().__init__()
+        self._by_state = _AnyState(select)
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        return self._by_state
+
+
+class _AnyState(dict):  # type: ignore[type-arg]
+    def __init__(self, select: Any) -> None:
+        super().__init__()
+        self._select = select
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        return self._select
 
 
 @lru_cache(maxsize=32)
-def _compiled(rows: tuple[Row, ...]) -> CompiledTable:
-    """Return the compiled table of ``rows`` (made once per table: generating selectors takes milliseconds)."""
-    return CompiledTable(rows)
-
-
-def _plan(row: Row, holds_slot: frozenset[ReqState]) -> tuple[tuple[Fx, ...], bool, bool | None, bool | None]:
-    """Return a row's effect functions, whether it ends the request, and whether it frees / takes a slot.
-
-    A row that leaves or enters ``ABORTING`` frees and takes as the state the abort interrupted:
-    ``None``, decided when it fires. Only ``FORWARD`` moves a request to another stage, so
-    whether a row moves it is known here.
-    """
-    effects = _effect_functions(row.effects, row, row.resume_to)
-    if ReqState.ABORTING in (row.source, row.target):
-        return effects, row.target in TERMINAL, None, None
-    held, holds, moved = row.source in holds_slot, row.target in holds_slot, Effect.FORWARD in row.effects
-    return (effects, row.target in TERMINAL, *_slot_moves(held, holds, moved))
-
-
-def _slot_moves(held: bool, holds: bool, moved: bool) -> tuple[bool, bool]:
-    """Return whether a move frees the slot it held and takes one (a move to another stage does both)."""
-    return held and (moved or not holds), holds and (moved or not held)
-
-
-def _effect_functions(effects: tuple[Effect, ...], where: object, resume_to: Any = None) -> tuple[Fx, ...]:
-    """Return the functions of request-level ``effects``; an engine effect on a request row is a table bug,
-    and so is ``FOLLOW_INTERRUPTED`` without a ``resume_to`` still bound to the stage."""
-    unknown = [e for e in effects if e not in _EFFECTS and e is not Effect.FOLLOW_INTERRUPTED]
-    if unknown:
-        raise ConfigError(f"{where!r}: {', '.join(e.name for e in unknown)} has no meaning for a request")
-    if Effect.FOLLOW_INTERRUPTED in effects and resume_to not in BOUND:
-        raise ConfigError(f"{where!r}: FOLLOW_INTERRUPTED must say a bound state to move to, not {resume_to!r}")
-    return tuple(follow_interrupted(resume_to) if e is Effect.FOLLOW_INTERRUPTED else _EFFECTS[e] for e in effects)
+def _compiled(rows: tuple[Row, ...], guards: tuple[tuple[str, Guard], ...]) -> CompiledTable:
+    """Return the selection of ``rows`` over ``guards`` (made once per table and guard set)."""
+    return CompiledTable(rows, dict(guards))

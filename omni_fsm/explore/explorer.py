@@ -13,7 +13,8 @@ failure, no death, no shutdown). Liveness is checked without symmetry reduction;
 
 This module holds the state space (``Explorer``: the family codec, interning, the memoised
 successor function) and ``explore``. What can happen (families, ``Bound``, enabled steps) is in
-``_explore_world``; the search, its counterexamples and the liveness check in ``_explore_search``.
+``omni_fsm.explore.world``; the search, its counterexamples and the liveness check in
+``omni_fsm.explore.search``, which walks the ``Explorer`` as a ``StateSpace`` (and never imports this module).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from typing import Any
 
 from omni_fsm.engine.core import Lifecycle
 from omni_fsm.errors import LifecycleError
-from omni_fsm.explore.search import Counterexample, Report, search
+from omni_fsm.explore.search import Counterexample, LocalStep, Report, search
 from omni_fsm.explore.world import (
     DEFAULT_FAMILIES,
     FAMILIES,
@@ -82,7 +83,8 @@ class Explorer:
         self.families: list[Family] = []
         self._gid: dict[Any, int] = {}
         self._fid: dict[Any, int] = {}
-        self._local: dict[tuple[int, int], list[tuple[Step, int, int, tuple[Any, ...], bool]]] = {}
+        #: per (g, f), the family-local steps from there (``local``'s memo; the search reads it directly)
+        self.local_memo: dict[tuple[int, int], list[LocalStep]] = {}
         self._engine_by_family: dict[tuple[int, int], list[tuple[Any, int, tuple[Any, ...]] | None]] = {}
         #: per global state, per engine step enabled there: (next global state, violations), or None (refused)
         self._engine_alone: dict[int, list[tuple[int, tuple[Any, ...]] | None]] = {}
@@ -199,10 +201,10 @@ class Explorer:
             g2 = self._applied[key] = self._intern_global((eng2, mg2))
         return g2
 
-    def local(self, gid: int, fid: int) -> list[tuple[Step, int, int, tuple[Any, ...], bool]]:
+    def local(self, gid: int, fid: int) -> list[LocalStep]:
         """Return the family-local steps from (g, f), rids relative: (step, g', f', violations, progress)."""
         key = (gid, fid)
-        steps = self._local.get(key)
+        steps = self.local_memo.get(key)
         if steps is None:
             akey = (self._abstract(gid), fid)
             abstract = self._local_abstract.get(akey)
@@ -217,7 +219,7 @@ class Explorer:
                         abstract.append((event, delta, got[1][0], got[2], is_progress(event)))
                 self._local_abstract[akey] = abstract
             steps = [(e, self._apply_delta(gid, d), f2, v, p) for e, d, f2, v, p in abstract]
-            self._local[key] = steps
+            self.local_memo[key] = steps
         return steps
 
     def engine_local(self, gid: int, fid: int) -> list[tuple[Any, int, tuple[Any, ...]] | None]:

@@ -1,24 +1,56 @@
 """The explorer's breadth-first search, and what it reports: counterexamples and the liveness check.
 
-The search walks an ``Explorer``'s successor function from the empty engine, keeping the shortest
-counterexample per invariant (rebuilt from parent links); liveness is a backward pass over the
-progress edges it recorded.
+The search walks a ``StateSpace`` (what it needs of ``omni_fsm.explore.explorer.Explorer``: the initial
+state, the memoised successor functions, the end-of-history judgement) from the empty engine, keeping
+the shortest counterexample per invariant (rebuilt from parent links); liveness is a backward pass over
+the progress edges it recorded. It never imports the explorer: the explorer imports it.
 """
 
 from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
 
 import attrs
 
-from omni_fsm.explore.world import Step, is_progress
+from omni_fsm.explore.world import Bound, Step, is_progress
+from omni_fsm.invariants import CHECKS
 from omni_fsm.spec import events as ev
 
-if TYPE_CHECKING:
-    from omni_fsm.explore.explorer import Explorer
+#: A family-local step: (step, next engine part, next family part, violations, progress?).
+LocalStep = tuple[Step, int, int, tuple[Any, ...], bool]
+
+
+class StateSpace(Protocol):
+    """What the search needs of the state space it walks (``Explorer`` is the one there is).
+
+    A state is ``(g, f_0, ..., f_k)``: an interned engine part and interned family parts.
+    """
+
+    @property
+    def bound(self) -> Bound:
+        """The bound explored (its ``block``: the internal ids one family uses)."""
+
+    @property
+    def local_memo(self) -> Mapping[tuple[int, int], list[LocalStep]]:
+        """The family-local steps already computed, by (g, f): ``local``'s memo, read directly on the hot path."""
+
+    def initial(self) -> tuple[int, ...]:
+        """Return the empty engine's state."""
+
+    def local(self, gid: int, fid: int) -> list[LocalStep]:
+        """Return (and memoise) the family-local steps from (g, f), rids relative to the family."""
+
+    def engine_successors(self, state: tuple[int, ...]) -> list[tuple[Step, tuple[int, ...], tuple[Any, ...]]]:
+        """Return (engine step, next state, violations) for every engine-wide step enabled in ``state``."""
+
+    def all_ended(self, state: tuple[int, ...]) -> bool:
+        """Return whether no request is live in ``state``."""
+
+    def finish_violations(self, state: tuple[int, ...]) -> tuple[tuple[str, str], ...]:
+        """Judge the end-of-history rules in a state where nothing is live."""
 
 
 @attrs.frozen
@@ -32,6 +64,8 @@ class Counterexample:
 
 @attrs.frozen
 class Report:
+    """What one exploration found: its size and time, what was judged, and the counterexamples."""
+
     states: int
     edges: int
     seconds: float
@@ -47,11 +81,9 @@ class Report:
         return not self.violations and self.stuck is None
 
 
-def search(xp: Explorer, symmetry: bool, liveness: bool, progress: Callable[[int, int, float], None] | None,
+def search(xp: StateSpace, symmetry: bool, liveness: bool, progress: Callable[[int, int, float], None] | None,
            on_phase: Callable[[str], None] | None) -> Report:
     """Search every state ``xp`` reaches from the empty engine; return the report (pure: no I/O)."""
-    from omni_fsm.invariants import CHECKS
-
     bound = xp.bound
     start = time.perf_counter()
     init = xp.initial()
@@ -65,7 +97,7 @@ def search(xp: Explorer, symmetry: bool, liveness: bool, progress: Callable[[int
     bad: set[int] = set()  # states reached by a violating step: reported as safety, not liveness
     edges = 0
     block = bound.block
-    local, engine_successors, local_cache = xp.local, xp.engine_successors, xp._local
+    local, engine_successors, local_cache = xp.local, xp.engine_successors, xp.local_memo
 
     def _add(nxt: tuple[int, ...], key: tuple[int, ...], sid: int, family: int, step: Step,
              violations: tuple[Any, ...]) -> int:

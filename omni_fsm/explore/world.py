@@ -14,8 +14,8 @@ import attrs
 from omni_fsm.engine.core import fanout
 from omni_fsm.errors import ConfigError
 from omni_fsm.spec import events as ev
+from omni_fsm.spec.policy import STAGE_LIVE
 from omni_fsm.spec.record import ENGINE_FIELDS, RECORD_FIELDS, Record
-from omni_fsm.spec.table import STAGE_LIVE
 from omni_fsm.spec.vocabulary import LIVE, ControlMethod, ReqState, StageKind, StopKind
 
 if TYPE_CHECKING:  # only a type here: the explorer builds the scratch core (tests swap its class there)

@@ -1,4 +1,13 @@
-"""The invariants of both contracts as checks over observable histories (see ``specs/``)."""
+"""The invariants of both contracts as checks over observable histories (see ``specs/``).
+
+- ``checks``: the named checks (``CHECKS``), each with its invariant, and ``Violation``.
+- ``view``: what is kept per request; ``judge``: the facts the rules share and how they report.
+- ``rules_routing``, ``rules_lifecycle``, ``rules_failure``, ``rules_shutdown``, ``rules_ar``: the
+  rules, one module per contract section; ``rules``: which rule judges what, and when.
+- ``monitor``: ``Monitor`` runs the rules over a history, step by step (``check_history``).
+- ``upstream``: vLLM's request-status transitions (AR-INV-001); ``differential``: the checks over
+  two histories (ORCH-INV-303).
+"""
 
 from __future__ import annotations
 

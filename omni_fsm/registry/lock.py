@@ -1,6 +1,7 @@
 """The append-only lock of issued IDs: ``specs/ids.lock``, read, checked against the registry, appended to.
 
-Public through ``omni_fsm.registry``; ``python -m omni_fsm.registry --update-lock`` appends.
+Public through ``omni_fsm.registry``; ``python -m omni_fsm.registry --update-lock`` (or ``omni-fsm registry
+--update-lock``) appends.
 """
 
 from __future__ import annotations
@@ -13,8 +14,9 @@ import attrs
 
 from omni_fsm.errors import MalformedInput
 from omni_fsm.registry.checks import normalize
-from omni_fsm.registry.model import _ID, KINDS, LOCK_FILE, Registry
+from omni_fsm.registry.model import ID_PATTERN, KINDS, LOCK_FILE, Registry
 
+#: the command that issues new IDs, as messages name it
 UPDATE_LOCK = "`.venv/bin/python -m omni_fsm.registry --update-lock`"
 PROMOTIONS = frozenset({("deferred", "checked")})  #: the only kind changes an issued ID may make
 
@@ -45,7 +47,7 @@ def read_lock(root: Path) -> tuple[Issued, ...]:
         if not line:
             continue
         fields = line.split()
-        well_formed = len(fields) == 3 and _ID.fullmatch(fields[0]) and fields[1] in KINDS
+        well_formed = len(fields) == 3 and ID_PATTERN.fullmatch(fields[0]) and fields[1] in KINDS
         if not well_formed or not fields[2].startswith("sha256:"):
             raise MalformedInput(LOCK_FILE, n, "expected 'ID KIND sha256:HEX'")
         first = next((i for i in issued if i.id == fields[0]), None)

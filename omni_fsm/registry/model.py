@@ -21,7 +21,8 @@ LOCK_FILE = "specs/ids.lock"
 KINDS = ("checked", "deferred", "process")
 #: rule: must be covered; scope / context: may be cited; namespace: enforced by ranges and the lock
 ROLES = ("rule", "scope", "context", "namespace")
-_ID = re.compile(r"(?P<ns>[A-Z]+-INV)-(?P<num>\d{3})")
+#: An invariant ID: namespace (``ORCH-INV``) and a three-digit number.
+ID_PATTERN = re.compile(r"(?P<ns>[A-Z]+-INV)-(?P<num>\d{3})")
 _BUG = re.compile(r"B\d+")
 
 
@@ -223,7 +224,7 @@ def _invariant(f: Fields, contracts: Mapping[str, Contract]) -> Invariant:
     f.only({"id", "title", "rule", "source", "topic", "kind", "checks", "deferred_to", "reason", "bugs",
             "topics", "note"})
     inv_id, kind = f.text("id"), f.text("kind")
-    if not _ID.fullmatch(inv_id):
+    if not ID_PATTERN.fullmatch(inv_id):
         raise f.fail("id", f"ID {inv_id!r} is not of the form NAME-INV-NNN")
     if kind not in KINDS:
         raise f.fail("kind", f"kind {kind!r} is not one of {', '.join(KINDS)}")
@@ -257,7 +258,8 @@ def _invariant(f: Fields, contracts: Mapping[str, Contract]) -> Invariant:
             raise f.fail("bugs", f"{bug!r} is not a historic bug ID (B1, B2, ...)")
     topics: list[tuple[str, tuple[str, ...]]] = []
     for name, ids in f.table("topics").items():
-        if not isinstance(ids, list) or not ids or not all(isinstance(i, str) and _ID.fullmatch(i) for i in ids):
+        valid = isinstance(ids, list) and ids and all(isinstance(i, str) and ID_PATTERN.fullmatch(i) for i in ids)
+        if not valid:
             raise f.fail("topics", f"topic {name!r} must map to a non-empty list of invariant IDs")
         topics.append((name, tuple(ids)))
     return Invariant(inv_id, f.text("title"), f.text("rule"), source, topic, kind, f.line(), checks,

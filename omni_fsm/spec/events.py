@@ -16,7 +16,6 @@ from typing import ClassVar
 
 import attrs
 
-from omni_fsm.spec.frozen import direct_inits
 from omni_fsm.spec.vocabulary import ControlMethod, IdentityHashedEnum, ReqState, StopKind
 
 
@@ -233,6 +232,3 @@ REQUEST_EVENTS: tuple[type[RequestEvent], ...] = (
     AbortFailed, Admit, ChildEnded, CompanionEnded, EngineFailed, ShutdownAbort,
 )
 ENGINE_EVENTS: tuple[type[Event], ...] = (Control, RpcDone, RpcFailed, EngineDied, Shutdown)
-
-
-direct_inits(Event)  # hot loops make events by the thousand: fields stored directly

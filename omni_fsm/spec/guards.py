@@ -1,19 +1,29 @@
 """Named guards: pure predicates over (record, event, engine) that select a table row.
 
-A guard never mutates anything and never consults the table; the table names guards by these
-keys, so a row reads as ``(state, event type, guard) -> next state, effects``. Each guard is
-written once, as an expression (``GUARD_SOURCES``): the compiled selectors inline it, and
-``GUARDS`` holds it as a function for the ``transitions`` reference machine.
+A guard never mutates anything and never consults the table; the table names guards by their
+names, so a row reads as ``(state, event type, guards) -> next state, effects``. Each guard is
+one typed function, written once; ``GUARDS`` maps every name a row may use to its function
+(the core's selection, the ``transitions`` reference machine and the diagrams all read it).
+Three families are made over a closed vocabulary (``children_fold_to_*``, ``rpc_is_*``,
+``abort_resumes_*``), one function per member, each named as the rows name it.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from typing import Any
 
 from omni_fsm.spec.record import Engine, Record
-from omni_fsm.spec.vocabulary import SEVERITY, TERMINAL, ControlMethod, EngineState, ReqState, Role, StageKind, StopKind
+from omni_fsm.spec.vocabulary import (
+    SEVERITY,
+    TERMINAL,
+    ControlMethod,
+    EngineState,
+    ReqState,
+    Role,
+    StageKind,
+    StopKind,
+)
 
 Guard = Callable[[Any, Any, Engine], bool]
 
@@ -25,85 +35,167 @@ def fold_outcome(worst: ReqState | None, outcome: ReqState) -> ReqState:
     return worst
 
 
-def _pending_method(ev: Any, eng: Engine) -> ControlMethod | None:
-    call = eng.pending_rpcs.get(ev.call_id)
-    return call[0] if call else None
+# -- the engine's control plane ------------------------------------------------------------
 
 
-def _pending_tags(ev: Any, eng: Engine) -> frozenset[str]:
-    call = eng.pending_rpcs.get(ev.call_id)
-    return call[2] if call else frozenset()
+def engine_running(record: Record, event: Any, engine: Engine) -> bool:
+    """The engine admits work."""
+    return engine.state is EngineState.RUNNING
 
 
-def _wakes_all(tags: frozenset[str], sleeping: frozenset[str]) -> bool:
-    """Return whether waking ``tags`` (empty or ``*``: everything) leaves nothing asleep."""
-    return not tags or "*" in tags or tags >= sleeping
+def engine_paused(record: Record, event: Any, engine: Engine) -> bool:
+    """Admission is held (``pause_scheduler``)."""
+    return engine.state is EngineState.PAUSED
 
 
-#: guard name -> a Python expression over ``r`` (the record), ``e`` (the event) and ``g`` (the
-#: engine), evaluated in ``NAMESPACE``. The compiled selectors inline these expressions; ``GUARDS``
-#: holds the same expressions as functions (the reference machine's conditions).
-GUARD_SOURCES: dict[str, str] = {
-    "engine_running": "g.state is EngineState.RUNNING",
-    "engine_paused": "g.state is EngineState.PAUSED",
-    "engine_sleeping": "g.state is EngineState.SLEEPING",
-    "parallel_parent": "r.children_left > 0",
-    "slot_free": "g.slots_used[r.stage] < g.capacity",
-    "ar_stage": "g.kinds[r.stage] is StageKind.AR",
-    "last_stage": "r.stage >= r.last_stage",
-    "final_output_stage": "g.final[r.stage] and r.role is not Role.COMPANION",
-    "companions_pending": "r.companions_left > 0",
-    "last_companion": "r.companions_left == 1",
-    "companion_ok": "e.ok",
-    "last_child": "r.children_left == 1",
-    # a dependent, or a parent whose companion was lost or is being aborted with it (T2: nothing to resume with)
-    "cannot_resume": "r.role is not Role.CLIENT or r.worst is ReqState.FINISHED_ERROR or r.companions_left > 0",
-    "prompt_ignored": "e.stop is StopKind.IGNORED",
-    "nothing_generated": "r.tokens == 0",
-    "stopped": "e.stop is StopKind.STOP",
-    "length_capped": "e.stop is StopKind.LENGTH",
-    "repetition": "e.stop is StopKind.REPETITION",
-    "wakes_every_tag": "_wakes_all(_pending_tags(e, g), g.sleep_tags)",
-}
-for _state in TERMINAL:
-    _fold = f"fold_outcome(r.worst, e.outcome) is ReqState.{_state.name}"
-    GUARD_SOURCES[f"children_fold_to_{_state.name.lower()}"] = _fold
-for _method in ControlMethod:
-    GUARD_SOURCES[f"rpc_is_{_method.value}"] = f"_pending_method(e, g) is ControlMethod.{_method.name}"
-#: the Enums the expressions may name (each member is also a plain name: ``ReqState_RUNNING``)
-_ENUMS = (EngineState, StageKind, Role, ReqState, StopKind, ControlMethod)
-#: what the expressions may name
-NAMESPACE: dict[str, Any] = {
-    "fold_outcome": fold_outcome, "_pending_method": _pending_method, "_pending_tags": _pending_tags,
-    "_wakes_all": _wakes_all,
-}  # fmt: skip
-for _enum in _ENUMS:
-    NAMESPACE[_enum.__name__] = _enum
-    NAMESPACE.update({f"{_enum.__name__}_{m.name}": m for m in _enum})
-_MEMBER = re.compile(rf"\b({'|'.join(e.__name__ for e in _ENUMS)})\.([A-Z_]+)\b")
+def engine_sleeping(record: Record, event: Any, engine: Engine) -> bool:
+    """The engine sleeps: a submit is refused."""
+    return engine.state is EngineState.SLEEPING
 
 
-def inlined(name: str) -> str:
-    """Return guard ``name``'s expression with enum members as plain names of ``NAMESPACE`` (fewer lookups)."""
-    return _MEMBER.sub(r"\1_\2", GUARD_SOURCES[name])
+def wakes_every_tag(record: Any, event: Any, engine: Engine) -> bool:
+    """The answered ``wake_up`` leaves nothing asleep (no tags or ``*``: everything)."""
+    call = engine.pending_rpcs.get(event.call_id)
+    tags = call[2] if call else frozenset()
+    return not tags or "*" in tags or tags >= engine.sleep_tags
 
 
-def _compile(name: str) -> Guard:
-    guard: Guard = eval(f"lambda r, e, g: {inlined(name)}", NAMESPACE)  # the expressions above, nothing else
+# -- the pipeline and the stage -------------------------------------------------------------
+
+
+def slot_free(record: Record, event: Any, engine: Engine) -> bool:
+    """The current stage has a running slot free."""
+    return engine.slots_used[record.stage] < engine.capacity
+
+
+def ar_stage(record: Record, event: Any, engine: Engine) -> bool:
+    """The current stage is autoregressive (diffusion stages have no preemption nor parking)."""
+    return engine.kinds[record.stage] is StageKind.AR
+
+
+def last_stage(record: Record, event: Any, engine: Engine) -> bool:
+    """The current stage is the one whose finish ends the request."""
+    return record.stage >= record.last_stage
+
+
+def final_output_stage(record: Record, event: Any, engine: Engine) -> bool:
+    """The current stage streams to the client (never for a companion, which the client never sees)."""
+    return engine.final[record.stage] and record.role is not Role.COMPANION
+
+
+# -- what the request owns and has made ------------------------------------------------------
+
+
+def parallel_parent(record: Record, event: Any, engine: Engine) -> bool:
+    """An ``n>1`` request: its samples (the children) do the work."""
+    return record.children_left > 0
+
+
+def companions_pending(record: Record, event: Any, engine: Engine) -> bool:
+    """Some CFG companion has not finished yet."""
+    return record.companions_left > 0
+
+
+def last_companion(record: Record, event: Any, engine: Engine) -> bool:
+    """The companion that ended was the last one outstanding."""
+    return record.companions_left == 1
+
+
+def last_child(record: Record, event: Any, engine: Engine) -> bool:
+    """The child that ended was the last one open."""
+    return record.children_left == 1
+
+
+def nothing_generated(record: Record, event: Any, engine: Engine) -> bool:
+    """The current stage has produced no token yet."""
+    return record.tokens == 0
+
+
+def cannot_resume(record: Record, event: Any, engine: Engine) -> bool:
+    """A failed abort cannot resume: a dependent (its parent's abort), or a parent whose companion was lost or is
+    being aborted with it (nothing to resume with)."""
+    return record.role is not Role.CLIENT or record.worst is ReqState.FINISHED_ERROR or record.companions_left > 0
+
+
+# -- what the event says ----------------------------------------------------------------------
+
+
+def companion_ok(record: Record, event: Any, engine: Engine) -> bool:
+    """The companion that ended finished normally."""
+    return bool(event.ok)
+
+
+def prompt_ignored(record: Record, event: Any, engine: Engine) -> bool:
+    """The stage ignored the prompt (too long for the model): nothing generated."""
+    return event.stop is StopKind.IGNORED
+
+
+def stopped(record: Record, event: Any, engine: Engine) -> bool:
+    """The stage stopped on a stop token or string."""
+    return event.stop is StopKind.STOP
+
+
+def length_capped(record: Record, event: Any, engine: Engine) -> bool:
+    """The stage stopped at its length cap."""
+    return event.stop is StopKind.LENGTH
+
+
+def repetition(record: Record, event: Any, engine: Engine) -> bool:
+    """The stage stopped on repetition."""
+    return event.stop is StopKind.REPETITION
+
+
+# -- the families: one named guard per member of a closed vocabulary ------------------------------
+
+
+def children_fold_to(state: ReqState) -> Guard:
+    """Return the guard 'the children's outcomes, with this one, fold to ``state``'."""
+
+    def guard(record: Record, event: Any, engine: Engine) -> bool:
+        return fold_outcome(record.worst, event.outcome) is state
+
+    guard.__name__ = guard.__qualname__ = f"children_fold_to_{state.name.lower()}"
     return guard
 
 
-GUARDS: dict[str, Guard] = {name: _compile(name) for name in GUARD_SOURCES}
+def rpc_is(method: ControlMethod) -> Guard:
+    """Return the guard 'the answered control RPC is ``method``'."""
+
+    def guard(record: Any, event: Any, engine: Engine) -> bool:
+        call = engine.pending_rpcs.get(event.call_id)
+        return call is not None and call[0] is method
+
+    guard.__name__ = guard.__qualname__ = f"rpc_is_{method.value}"
+    return guard
 
 
 def resumes(state: ReqState) -> str:
-    """Return the name of the guard 'the interrupted abort resumes ``state``' (one per state, below)."""
+    """Return the name of the guard 'the interrupted abort resumes ``state``' (one per state: ``GUARDS``)."""
     return f"abort_resumes_{state.name.lower()}"
 
 
-for _state in ReqState:
-    GUARD_SOURCES[resumes(_state)] = f"r.resume is ReqState.{_state.name}"
-    GUARDS[resumes(_state)] = _compile(resumes(_state))
+def abort_resumes(state: ReqState) -> Guard:
+    """Return the guard 'the abort in flight interrupted ``state``' (restored if the abort fails)."""
+
+    def guard(record: Record, event: Any, engine: Engine) -> bool:
+        return record.resume is state
+
+    guard.__name__ = guard.__qualname__ = resumes(state)
+    return guard
+
+
+_PLAIN: tuple[Guard, ...] = (
+    engine_running, engine_paused, engine_sleeping, wakes_every_tag, slot_free, ar_stage, last_stage,
+    final_output_stage, parallel_parent, companions_pending, last_companion, last_child, nothing_generated,
+    cannot_resume, companion_ok, prompt_ignored, stopped, length_capped, repetition,
+)
+_FAMILIES: tuple[Guard, ...] = (
+    *(children_fold_to(state) for state in sorted(TERMINAL, key=lambda s: s.name)),
+    *(rpc_is(method) for method in ControlMethod),
+    *(abort_resumes(state) for state in ReqState),
+)
+#: guard name -> its function: every name a row may use
+GUARDS: dict[str, Guard] = {guard.__name__: guard for guard in (*_PLAIN, *_FAMILIES)}
 
 
 def check_guard_names(names: set[str]) -> None:
@@ -113,5 +205,5 @@ def check_guard_names(names: set[str]) -> None:
             raise KeyError(f"unknown guard {name!r}")
 
 
-__all__ = ["GUARDS", "GUARD_SOURCES", "NAMESPACE", "Guard", "Record", "check_guard_names", "fold_outcome", "inlined",
-           "resumes"]  # fmt: skip
+__all__ = ["GUARDS", "Guard", "Record", "abort_resumes", "check_guard_names", "children_fold_to", "fold_outcome",
+           "resumes", "rpc_is"]  # fmt: skip

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import attrs
 
-from omni_fsm.spec.frozen import direct_inits
 from omni_fsm.spec.vocabulary import ControlMethod, EngineState, Outcome, Role
 
 
@@ -160,6 +159,3 @@ class OrchestratorStopped(Observation):
 @attrs.frozen
 class RuntimesStopped(Observation):
     pass
-
-
-direct_inits(Observation)

@@ -1,7 +1,8 @@
-"""The small per-request record and the engine record the guards read."""
+"""The small per-request record and the engine record the guards read, and how dependents' ids are laid out."""
 
 from __future__ import annotations
 
+from operator import attrgetter
 from typing import Any
 
 import attrs
@@ -29,14 +30,12 @@ class Record:
 
     def snapshot(self) -> tuple[object, ...]:
         """Return the record's fields as a hashable tuple, in ``RECORD_FIELDS`` order (the explorer's state)."""
-        return (self.state, self.role, self.parent, self.stage, self.last_stage, self.fanout,
-                self.children_left, self.companions_left, self.tokens, self.resume,
-                self.worst, self.sample)
+        return _record_fields(self)
 
     def load(self, snap: tuple[Any, ...]) -> None:
         """Restore the fields from :meth:`snapshot`'s tuple."""
-        (self.state, self.role, self.parent, self.stage, self.last_stage, self.fanout, self.children_left,
-         self.companions_left, self.tokens, self.resume, self.worst, self.sample) = snap
+        for name, value in zip(RECORD_FIELDS, snap, strict=True):
+            setattr(self, name, value)
 
 
 @attrs.define(slots=True, eq=False)
@@ -57,18 +56,41 @@ class Engine:
             self.slots_used = [0] * len(self.kinds)
 
     def snapshot(self) -> tuple[object, ...]:
-        """Return the mutable fields as a hashable tuple, in ``ENGINE_FIELDS`` order."""
-        return (self.state, tuple(self.slots_used), self.sleep_level, self.sleep_tags,
-                tuple(sorted(self.pending_rpcs.items(), key=lambda kv: kv[0])))
+        """Return the mutable fields as a hashable tuple, in ``ENGINE_FIELDS`` order (lists and dicts as tuples)."""
+        return tuple(_frozen(getattr(self, name)) for name in ENGINE_FIELDS)
 
     def load(self, snap: tuple[Any, ...]) -> None:
         """Restore the mutable fields from :meth:`snapshot`'s tuple."""
-        self.state, slots, self.sleep_level, self.sleep_tags, rpcs = snap
-        self.slots_used = list(slots)
-        self.pending_rpcs = dict(rpcs)
+        for name, value in zip(ENGINE_FIELDS, snap, strict=True):
+            kind = type(getattr(self, name))
+            setattr(self, name, kind(value) if kind in (list, dict) else value)
+
+
+def _frozen(value: Any) -> Any:
+    """Return ``value`` hashable: a list as a tuple, a dict as its items sorted by key."""
+    if type(value) is list:
+        return tuple(value)
+    if type(value) is dict:
+        return tuple(sorted(value.items(), key=lambda kv: kv[0]))
+    return value
 
 
 #: The order of ``Record.snapshot()``'s fields (the explorer reads snapshots by these names): all but ``rid``.
 RECORD_FIELDS = tuple(f.name for f in attrs.fields(Record) if f.name != "rid")
-#: The order of ``Engine.snapshot()``'s fields: the mutable ones.
+_record_fields = attrgetter(*RECORD_FIELDS)
+#: The order of ``Engine.snapshot()``'s fields: the mutable ones (the pipeline's shape never changes).
 ENGINE_FIELDS = tuple(f.name for f in attrs.fields(Engine) if f.name not in ("kinds", "final", "capacity"))
+
+
+def fanout(n: int, companions: int) -> int:
+    """Return how many dependent ids a request with ``n`` samples or ``companions`` owns after its own.
+
+    A request submitted as ``rid`` owns ``rid+1 .. rid+fanout(n, companions)``: its ``n>1`` samples
+    (the children; ``n == 1`` has none) or its CFG companions (a request has one kind or neither).
+    """
+    return n if n > 1 else companions
+
+
+def dependent_id(rid: int, index: int) -> int:
+    """Return the id of dependent ``index`` (0-based: a sample's index, or a companion's) of ``rid``."""
+    return rid + 1 + index

@@ -1,32 +1,25 @@
-"""``omni-fsm check FILE``: judge a recorded trace against the invariants.
+"""Judging a recorded trace against the invariants: ``check_trace(path)`` returns a ``Report``.
 
 The trace is streamed through ``Monitor.step`` (and ``Monitor.finish`` when it ends with the end
-marker). Exit codes: 0 clean; 1 violations, each with its invariant, request, line and that
-request's recent lines; 2 malformed input, as ``FILE:LINE: reason`` on stderr; 3 an internal
-error; 4 incomplete: no violation, but no end marker either (cut off, or still being written),
-as ``FILE:LINE: ...`` on stderr, unless ``--allow-incomplete`` accepts a prefix; and, from
-``omni_fsm.cli``, 130 interrupted, 141 stdout's reader gone. Memory: the monitor's view per
-distinct id, plus the last ``--context`` lines of each open request (dropped at its ``released``).
+marker); each violation is rendered with its invariant, request, line and that request's recent
+lines (``Recent``). Memory: the monitor's view per distinct id, plus the last ``context`` lines of
+each open request (dropped at its ``released``). The ``omni-fsm check`` command around it (options,
+progress lines, exit codes) is ``omni_fsm.cli.check``.
 """
 
 from __future__ import annotations
 
-import argparse
-import sys
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
 
 import attrs
 
-from omni_fsm.errors import MalformedInput
 from omni_fsm.invariants import Monitor, Violation
 from omni_fsm.spec import observations as ob
 from omni_fsm.trace.jsonl import Item, Step, dumps, read_trace
 
-CLEAN, VIOLATIONS, MALFORMED, INTERNAL, INCOMPLETE = 0, 1, 2, 3, 4
-DEFAULT_CONTEXT = 6
-MAX_CONTEXT = 10_000  #: the most recent lines ``--context`` may keep per request
+DEFAULT_CONTEXT = 6  #: recent lines kept per request, shown with each violation about it
 PROGRESS_AFTER, PROGRESS_EVERY = 2.0, 5.0  #: seconds before the first progress line, and between lines
 #: Called now and then on a long check with (steps judged, line reached, seconds so far).
 Progress = Callable[[int, int, float], None]
@@ -154,53 +147,4 @@ def check_trace(path: str, context: int = DEFAULT_CONTEXT, progress: Progress | 
     return report
 
 
-def _context_size(text: str) -> int:
-    """Return ``--context``'s value: an integer from 0 to ``MAX_CONTEXT``."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-    if not 0 <= value <= MAX_CONTEXT:
-        raise argparse.ArgumentTypeError(f"expected an integer from 0 to {MAX_CONTEXT}, got {text!r}")
-    return value
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Register the ``check`` subcommand's arguments."""
-    parser.add_argument("file", metavar="FILE", help="a JSONL lifecycle trace (see docs/trace-format.md)")
-    parser.add_argument("--context", metavar="N", type=_context_size, default=DEFAULT_CONTEXT,
-                        help=f"recent lines shown per violation, 0 to {MAX_CONTEXT} (default {DEFAULT_CONTEXT})")
-    parser.add_argument("--allow-incomplete", action="store_true",
-                        help="judge a trace without its end marker (cut off, or still being written) as the "
-                        "steps present: exit 0 if none breaks an invariant (default: such a trace exits 4)")
-
-
-def _progress_line(name: str) -> Progress:
-    def show(steps: int, line: int, seconds: float) -> None:
-        print(f"{name}: checking: {steps:,} steps, line {line:,}, {seconds:.0f} s", file=sys.stderr, flush=True)
-
-    return show
-
-
-def main(args: argparse.Namespace) -> int:
-    """Check ``args.file``; print the report; return the exit code (0 clean, 1, 2, 3, 4: see the module)."""
-    try:
-        report = check_trace(args.file, args.context, _progress_line(args.file))
-    except MalformedInput as err:
-        print(err, file=sys.stderr)
-        return MALFORMED
-    except Exception as err:  # a bug here or in the monitor: say so in one line, no traceback
-        print(f"{args.file}: internal error: {type(err).__name__}: {err}", file=sys.stderr)
-        return INTERNAL
-    for finding in report.findings:
-        print(finding)
-    print(report.summary())
-    if not report.complete and not args.allow_incomplete:
-        print(report.missing_end(), file=sys.stderr)
-    if report.findings:  # what broke in a prefix is broken in the whole history
-        return VIOLATIONS
-    return CLEAN if report.complete or args.allow_incomplete else INCOMPLETE
-
-
-__all__ = ["CLEAN", "INCOMPLETE", "INTERNAL", "MALFORMED", "VIOLATIONS", "Recent", "Report", "add_arguments",
-           "check_trace", "main"]
+__all__ = ["DEFAULT_CONTEXT", "PROGRESS_AFTER", "PROGRESS_EVERY", "Progress", "Recent", "Report", "check_trace"]

@@ -60,8 +60,12 @@ NAMES: dict[type, tuple[str, str]] = {
 # -- field codecs, built from the classes' annotations ------------------------------------------
 
 
-class _Bad(Exception):
-    """A value does not fit its field (the reason, without file and line)."""
+class BadValue(Exception):
+    """A value does not fit its field (the reason, without file and line).
+
+    Raised inside the codec and by the trace reader's JSON hooks; ``decode`` and ``parse_header`` turn it into
+    ``ValueError``, the reader into ``MalformedInput``.
+    """
 
 
 Decode = Callable[[Any], Any]
@@ -78,14 +82,15 @@ _JSON_NAMES: dict[type, str] = {bool: "a boolean", int: "an integer", float: "a 
                                 list: "an array", dict: "an object", type(None): "null"}  # fmt: skip
 
 
-def _json_type(value: Any) -> str:
+def json_type(value: Any) -> str:
+    """Return how messages name the JSON type of ``value`` (``an integer``, ``null``, ...)."""
     return _JSON_NAMES.get(type(value), type(value).__name__)
 
 
 def _expect(kind: type, what: str) -> Decode:
     def decode(value: Any) -> Any:
         if type(value) is not kind:  # exact: JSON true is not the integer 1
-            raise _Bad(f"expected {what}, got {_json_type(value)}")
+            raise BadValue(f"expected {what}, got {json_type(value)}")
         return value
 
     return decode
@@ -96,7 +101,7 @@ def _enum(cls: type[enum.Enum]) -> Decode:
 
     def decode(value: Any) -> Any:
         if type(value) is not str or value not in values:
-            raise _Bad(f"expected one of {sorted(values)}, got {json.dumps(value)[:40]}")
+            raise BadValue(f"expected one of {sorted(values)}, got {json.dumps(value)[:40]}")
         return values[value]
 
     return decode
@@ -108,9 +113,9 @@ def _optional(inner: Decode) -> Decode:
 
 def _string_set(value: Any) -> frozenset[str]:
     if type(value) is not list or any(type(v) is not str for v in value):
-        raise _Bad("expected an array of strings")
+        raise BadValue("expected an array of strings")
     if len(set(value)) != len(value):
-        raise _Bad("expected an array of distinct strings")
+        raise BadValue("expected an array of distinct strings")
     return frozenset(value)
 
 
@@ -182,7 +187,7 @@ def decode(obj: dict[str, Any], stages: int) -> Item:
     """
     try:
         return _decode(obj, stages)
-    except _Bad as bad:
+    except BadValue as bad:
         raise ValueError(str(bad)) from None
 
 
@@ -204,22 +209,22 @@ def _decode(obj: dict[str, Any], stages: int) -> Item:
     cls = table.get(name) if type(name) is str else None
     if cls is None:
         kind = "input event" if key == "in" else "observation"
-        raise _Bad(f"unknown {kind} {json.dumps(name)[:40]}")
+        raise BadValue(f"unknown {kind} {json.dumps(name)[:40]}")
     fields = _FIELDS[cls]
     extra = sorted(set(obj) - {key} - {f.name for f in fields})
     if extra:
-        raise _Bad(f"{name}: unexpected field {extra[0]!r}")
+        raise BadValue(f"{name}: unexpected field {extra[0]!r}")
     values: dict[str, Any] = {}
     for field in fields:
         if field.name not in obj:
-            raise _Bad(f"{name}: missing field {field.name!r}")
+            raise BadValue(f"{name}: missing field {field.name!r}")
         try:
             value = field.decode(obj[field.name])
-        except _Bad as bad:
-            raise _Bad(f"{name}.{field.name}: {bad}") from None
+        except BadValue as bad:
+            raise BadValue(f"{name}.{field.name}: {bad}") from None
         problem = _impossible(field, value, stages)
         if problem:
-            raise _Bad(f"{name}.{field.name}: {problem}")
+            raise BadValue(f"{name}.{field.name}: {problem}")
         values[field.name] = value
     item: Item = cls(**values)
     return item
@@ -242,18 +247,19 @@ class TraceHeader:
 
 _STAGE_KIND = _enum(StageKind)
 
-_HEADER_SHAPE = f'the header {{"{VERSION_KEY}": {FORMAT_VERSION}, "stages": [...], "capacity": N}}'
+#: How messages describe a well-formed header line.
+HEADER_SHAPE = f'the header {{"{VERSION_KEY}": {FORMAT_VERSION}, "stages": [...], "capacity": N}}'
 
 
 def parse_header(obj: Any) -> TraceHeader:
     """Return the header of a trace's first object; raise ``ValueError`` naming what is wrong."""
     if type(obj) is not dict or VERSION_KEY not in obj:
-        raise ValueError(f"line 1 must be {_HEADER_SHAPE}")
+        raise ValueError(f"line 1 must be {HEADER_SHAPE}")
     version = obj[VERSION_KEY]
     if type(version) is not int or version != FORMAT_VERSION:
         raise ValueError(f"unsupported trace version {json.dumps(version)[:40]} (this reader reads {FORMAT_VERSION})")
     if set(obj) != {VERSION_KEY, "stages", "capacity"}:
-        raise ValueError(f"expected exactly the keys of {_HEADER_SHAPE}")
+        raise ValueError(f"expected exactly the keys of {HEADER_SHAPE}")
     stages, capacity = obj["stages"], obj["capacity"]
     if type(capacity) is not int or capacity < 1:
         raise ValueError("header: capacity must be an integer of at least 1")
@@ -265,7 +271,7 @@ def parse_header(obj: Any) -> TraceHeader:
             raise ValueError(f'header: stage {i} must be {{"kind": "ar"|"diffusion", "final": true|false}}')
         try:
             kinds.append(_STAGE_KIND(stage["kind"]))
-        except _Bad as bad:
+        except BadValue as bad:
             raise ValueError(f"header: stage {i} kind: {bad}") from None
         final.append(stage["final"])
     if not final[-1]:

@@ -33,24 +33,25 @@ from omni_fsm.errors import ConfigError, MalformedInput
 from omni_fsm.spec import events as ev
 from omni_fsm.spec import observations as ob
 from omni_fsm.spec.vocabulary import StageKind, pipeline_shape
+
+# END_KEY, VERSION_KEY, Decode and Item are outside ``__all__`` but were always importable from here: ``X as X``
+# re-exports them for strict type checkers.
+from omni_fsm.trace.codec import END_KEY as END_KEY
 from omni_fsm.trace.codec import (
-    _HEADER_SHAPE,
     FORMAT_VERSION,
+    HEADER_SHAPE,
     INPUTS,
     NAMES,
     OUTPUTS,
+    BadValue,
     TraceHeader,
-    _Bad,
-    _json_type,
     decode,
     dumps,
     encode,
+    json_type,
     parse_header,
     snake_name,
 )
-
-# Names outside ``__all__`` that were always importable from here; ``as`` re-exports them for strict type checkers.
-from omni_fsm.trace.codec import END_KEY as END_KEY
 from omni_fsm.trace.codec import VERSION_KEY as VERSION_KEY
 from omni_fsm.trace.codec import Decode as Decode
 from omni_fsm.trace.codec import Item as Item
@@ -74,7 +75,7 @@ def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     obj = dict(pairs)
     if len(obj) != len(pairs):
         keys = [k for k, _ in pairs]
-        raise _Bad(f"duplicate key {next(k for k in keys if keys.count(k) > 1)!r}")
+        raise BadValue(f"duplicate key {next(k for k in keys if keys.count(k) > 1)!r}")
     return obj
 
 
@@ -140,7 +141,7 @@ class TraceReader:
             raise self._bad(number, "blank line")
         try:
             return json.loads(raw, object_pairs_hook=_no_duplicate_keys)
-        except _Bad as bad:
+        except BadValue as bad:
             raise self._bad(number, str(bad)) from None
         except json.JSONDecodeError as err:
             raise self._bad(number, f"bad JSON: {err.msg} (column {err.colno})") from None
@@ -150,7 +151,7 @@ class TraceReader:
     def _header(self) -> TraceHeader:
         first = next(self._lines, None)
         if first is None:
-            raise self._bad(1, f"empty file: expected {_HEADER_SHAPE}")
+            raise self._bad(1, f"empty file: expected {HEADER_SHAPE}")
         try:
             return parse_header(self._parse(1, first[1]))
         except ValueError as err:
@@ -186,7 +187,7 @@ class TraceReader:
     def _item(self, number: int, obj: Any, stages: int) -> Item | None:
         """Return the line's event or observation, or ``None`` for the end marker."""
         if type(obj) is not dict:
-            raise self._bad(number, f"expected a JSON object, got {_json_type(obj)}")
+            raise self._bad(number, f"expected a JSON object, got {json_type(obj)}")
         if END_KEY in obj and "in" not in obj and "out" not in obj:
             if set(obj) != {END_KEY} or obj[END_KEY] is not True:  # not ``!=``: 1 == 1.0 == True in Python
                 raise self._bad(number, 'the end marker must be exactly {"end": true}')

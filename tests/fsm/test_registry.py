@@ -13,6 +13,7 @@ from pathlib import Path
 import attrs
 import pytest
 
+from omni_fsm.cli.registry import run as main
 from omni_fsm.errors import MalformedInput
 from omni_fsm.invariants import CHECKS, DIFFERENTIAL_CHECKS
 from omni_fsm.registry import (
@@ -25,7 +26,6 @@ from omni_fsm.registry import (
     ids_outside_ranges,
     load_registry,
     lock_problems,
-    main,
     read_lock,
     rule_digest,
     rule_text_problems,

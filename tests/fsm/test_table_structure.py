@@ -15,7 +15,8 @@ import pytest
 from omni_fsm import ENGINE_TERMINAL, LIVE, SPEC, TERMINAL, Effect, EngineState, ReqState
 from omni_fsm import events as ev
 from omni_fsm.spec.guards import GUARDS
-from omni_fsm.spec.table import ABORTABLE_BOUND, ON_TERMINAL
+from omni_fsm.spec.table import ON_TERMINAL
+from omni_fsm.spec.vocabulary import BOUND as ABORTABLE_BOUND
 
 OPEN = sorted(LIVE - {ReqState.NEW}, key=lambda s: s.name)
 #: States an abort ends (or keeps) without a physical abort at a stage: the explicit rows.

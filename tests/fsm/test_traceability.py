@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from omni_fsm.cli import traceability
 from omni_fsm.errors import MalformedInput
-from omni_fsm.registry import load_registry, traceability
+from omni_fsm.registry import load_registry
 from omni_fsm.registry.traceability import DOC_FILE, REGENERATE, CoverMark, discover_tests, generate
 
 ROOT = Path(__file__).resolve().parents[2]

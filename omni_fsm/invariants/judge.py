@@ -1,0 +1,38 @@
+"""The judge: what the rules know about a history so far, and how they report a broken invariant.
+
+``Judge`` is the one interface between the monitor and its rules (the ``rules_*`` modules): every
+rule takes the judge, reads and updates its facts (its public attributes) and reports with
+:meth:`Judge.fail`. ``Monitor`` is a ``Judge`` that runs the rules over a history, step by step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from omni_fsm.invariants.checks import CHECKS, Violation
+from omni_fsm.invariants.view import View
+from omni_fsm.spec.vocabulary import EngineState, StageKind, pipeline_shape
+
+
+class Judge:
+    """The facts the rules share (the pipeline, a view per request, the engine) and the violations found."""
+
+    def __init__(self, kinds: Sequence[StageKind], final: Sequence[bool], capacity: int = 1 << 30) -> None:
+        (self.kinds, self.final), self.capacity = pipeline_shape(kinds, final), capacity
+        self.views: dict[int, View] = {}
+        self.engine = EngineState.RUNNING
+        self.slots = [0] * len(self.kinds)
+        self.rpcs: dict[int, Any] = {}  #: call id -> method, while unanswered
+        self.stopped = 0  #: 1 once the orchestrator stopped, 2 once the runtimes did
+        self.steps = 0
+        self.violations: list[Violation] = []
+        self.lost_companions: list[int] = []  #: parents whose companion was lost in this step (judged at its end)
+
+    def fail(self, check: str, rid: int | None, message: str) -> None:
+        """Report that ``check`` (a name from ``checks``) is broken, for request ``rid`` (``None``: the engine)."""
+        self.violations.append(Violation(CHECKS[check].invariant, check, rid, self.steps, message))
+
+    def view(self, rid: int) -> View | None:
+        """Return the view of request ``rid``, or ``None`` if the history never showed it."""
+        return self.views.get(rid)

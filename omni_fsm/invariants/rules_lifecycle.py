@@ -1,0 +1,215 @@
+"""The rules of ORCH-INV-100..199 (request state and ordering).
+
+ORCH-INV-100: no work for a request after its terminal. 101: one terminal per client request.
+102: the client's messages in stage order, the terminal last. 103: a terminal carries an outcome
+and a finish reason of the closed set. 104: children and companions are never client-visible.
+105: an n>1 parent ends after its last child. 106: each RPC or abort answer matches its own call.
+107: a report about an ended request is dropped. 108: admission follows the control plane.
+109: slots are taken at the dispatched stage, once, within capacity.
+
+Handles the observations of a request's life (``Submitted``, ``Dispatched``, ``Emitted``,
+``SlotTaken``, ``SlotFreed``), of the control plane and its answers (``EngineChanged``,
+``RpcSent``, ``RpcAnswered``, ``AbortAnswered``), and a runtime's report (``on_report``); the
+other sections' rules about them are called from here, where they apply.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from omni_fsm.invariants import upstream as up
+from omni_fsm.invariants.checks import (
+    ADMISSION,
+    ANSWERS_CORRELATED,
+    DEPENDENTS_INVISIBLE,
+    FINISH_REASON,
+    LATE_EVENTS_DROPPED,
+    NO_WORK_AFTER_TERMINAL,
+    ONE_TERMINAL,
+    PARENT_AFTER_CHILDREN,
+    SLOTS,
+    STAGE_ORDER,
+)
+from omni_fsm.invariants.judge import Judge
+from omni_fsm.invariants.rules_ar import assigned_work, through_adapter, upstream_status
+from omni_fsm.invariants.rules_failure import (
+    abort_failed,
+    aborted_terminal,
+    before_terminal,
+    finished_terminal,
+    rpc_error_carried,
+)
+from omni_fsm.invariants.rules_shutdown import after_stop
+from omni_fsm.invariants.view import View
+from omni_fsm.spec import events as ev
+from omni_fsm.spec import observations as ob
+from omni_fsm.spec.vocabulary import EngineState, Outcome, Role, StageKind
+
+_REASONS = {Outcome.FINISHED: {"stop", "length", "repetition"}, Outcome.ABORTED: {"abort"},
+            Outcome.FAILED: {"error"}, Outcome.FATAL: {"error"}}
+
+# -- a request's life ------------------------------------------------------------------------------
+
+
+def on_submitted(j: Judge, o: ob.Submitted) -> None:
+    view = View(role=o.role, parent=o.parent, companions=o.companions,
+                while_sleeping=j.engine is EngineState.SLEEPING)
+    j.views[o.rid] = view
+    parent = j.view(o.parent)
+    if parent is not None and o.role is Role.CHILD:
+        parent.children = (*parent.children, o.rid)
+        parent.open_children += 1
+
+
+def working_view(j: Judge, rid: int, what: str, stage: int) -> View | None:
+    """Return the view of ``rid`` given work at ``stage`` (``None``: never seen); work after its terminal fails."""
+    view = j.view(rid)
+    if view is not None and view.over:
+        j.fail(NO_WORK_AFTER_TERMINAL, rid, f"{what} {stage} after its terminal")
+    return view
+
+
+def on_dispatched(j: Judge, o: ob.Dispatched) -> None:
+    view = working_view(j, o.rid, "dispatched to stage", o.stage)
+    if view is None:
+        return
+    through_adapter(j, o, view)
+    if o.stage == 0 and j.engine in (EngineState.PAUSED, EngineState.SLEEPING):
+        j.fail(ADMISSION, o.rid, f"admitted while the engine is {j.engine.value}")
+    after_stop(j, o.rid, "dispatched")
+    view.stage, view.forwarded_to, view.generated, view.status = o.stage, -1, 0, up.WAITING
+
+
+def on_report(j: Judge, event: ev.StageEvent, outputs: Sequence[ob.Observation], dropped: bool,
+              rejected: bool) -> None:
+    """Judge a runtime's report about a request (acted on only while it is live, at its stage); take it in."""
+    view = j.view(event.rid)
+    if view is None or view.released:
+        if not dropped:
+            j.fail(LATE_EVENTS_DROPPED, event.rid, f"{type(event).__name__} for an ended request was acted on")
+        return
+    if dropped or not assigned_work(j, event, view):
+        return
+    if isinstance(event, ev.StageOutput):
+        view.generated += event.tokens
+    elif isinstance(event, (ev.StageFinished, ev.StageAborted)) and not rejected:  # the stage ended it itself
+        view.finished_at = event.stage
+    elif isinstance(event, ev.AbortDone):
+        view.abort_ok = True
+    elif isinstance(event, ev.AbortFailed):
+        abort_failed(j, event, outputs, view)
+    upstream_status(j, event, view, rejected)
+
+
+# -- client messages ---------------------------------------------------------------------------------
+
+
+def on_emitted(j: Judge, o: ob.Emitted) -> None:
+    view = j.view(o.rid)
+    if view is None or view.role is not Role.CLIENT:
+        j.fail(DEPENDENTS_INVISIBLE, o.rid, "a message to the client for a request it never submitted")
+        return
+    if o.finished and view.terminals:
+        j.fail(ONE_TERMINAL, o.rid, "a second terminal")
+    elif view.terminals:
+        j.fail(STAGE_ORDER, o.rid, "a message after the terminal")
+    _judge_stage_order(j, o, view)
+    after_stop(j, o.rid, "a message")
+    kind = j.kinds[o.stage] if 0 <= o.stage < len(j.kinds) else None
+    if o.finished:
+        _judge_terminal(j, o, view, kind)
+    else:
+        before_terminal(j, o, view, kind)
+
+
+def _judge_stage_order(j: Judge, o: ob.Emitted, view: View) -> None:
+    last = view.last_emit_stage
+    if o.sample >= 0:  # each sample's stream is ordered on its own
+        stages = view.sample_stages + (-1,) * (o.sample + 1 - len(view.sample_stages))
+        last = stages[o.sample]
+        view.sample_stages = (*stages[: o.sample], max(last, o.stage), *stages[o.sample + 1 :])
+    else:
+        view.last_emit_stage = max(last, o.stage)
+    if o.stage < last:
+        j.fail(STAGE_ORDER, o.rid, f"stage {o.stage} message after a stage {last} message")
+
+
+def _judge_terminal(j: Judge, o: ob.Emitted, view: View, kind: StageKind | None) -> None:
+    if o.outcome is None or o.reason not in _REASONS[o.outcome]:
+        j.fail(FINISH_REASON, o.rid, f"terminal with outcome {o.outcome} and finish reason {o.reason!r}")
+    if view.open_children:
+        j.fail(PARENT_AFTER_CHILDREN, o.rid, f"parent ended with {view.open_children} children still open")
+    finished_terminal(j, o)
+    if view.while_sleeping and (o.outcome is not Outcome.FAILED or view.stage >= 0):
+        j.fail(ADMISSION, o.rid, "submitted while sleeping but not refused with error")
+    aborted_terminal(j, o, view, kind)
+    view.terminals += 1
+
+
+# -- slots -------------------------------------------------------------------------------------------
+
+
+def on_slot_taken(j: Judge, o: ob.SlotTaken) -> None:
+    view = working_view(j, o.rid, "scheduled again at stage", o.stage)
+    if view is None:
+        return
+    if view.slot >= 0 or o.stage != view.stage:
+        j.fail(SLOTS, o.rid, f"took a slot at stage {o.stage} (holds {view.slot}, dispatched to {view.stage})")
+    j.slots[o.stage] += 1
+    if j.slots[o.stage] > j.capacity:
+        j.fail(SLOTS, o.rid, f"stage {o.stage} holds {j.slots[o.stage]} slots, capacity {j.capacity}")
+    view.slot = o.stage
+
+
+def on_slot_freed(j: Judge, o: ob.SlotFreed) -> None:
+    view = j.view(o.rid)
+    if view is None:
+        return
+    if view.slot != o.stage:
+        j.fail(SLOTS, o.rid, f"freed a slot at stage {o.stage} it did not hold")
+    else:
+        j.slots[o.stage] -= 1
+    view.slot = -1
+
+
+# -- the control plane and the answers to calls --------------------------------------------------------
+
+
+def on_engine_changed(j: Judge, o: ob.EngineChanged) -> None:
+    j.engine = o.state
+
+
+def on_rpc_sent(j: Judge, o: ob.RpcSent) -> None:
+    j.rpcs[o.call_id] = o.method
+
+
+def on_rpc_answered(j: Judge, o: ob.RpcAnswered) -> None:
+    method = j.rpcs.pop(o.call_id, None)
+    if method is None or method is not o.method:
+        j.fail(ANSWERS_CORRELATED, None, f"answer to RPC {o.call_id} ({o.method.value}) matches no open call")
+    else:
+        rpc_error_carried(j, o)
+
+
+def on_abort_answered(j: Judge, o: ob.AbortAnswered) -> None:
+    view = j.view(o.rid)
+    if view is None or not view.abort_requested:
+        j.fail(ANSWERS_CORRELATED, o.rid, "an abort answer with no abort caller")
+        return
+    if not o.ok:  # the abort was refused: the request is no longer aborting
+        view.abort_requested, view.abort_sent, view.abort_ok = False, -1, False
+
+
+def after_rpc_done(j: Judge, event: ev.RpcDone, outputs: Sequence[ob.Observation]) -> None:
+    """Judge the step that completed an RPC: its caller got the answer."""
+    if not any(isinstance(o, ob.RpcAnswered) and o.call_id == event.call_id and o.ok for o in outputs):
+        j.fail(ANSWERS_CORRELATED, None, f"RPC {event.call_id} completed but its caller got no answer")
+
+
+# -- end of history -----------------------------------------------------------------------------------
+
+
+def at_end(j: Judge, rid: int, view: View) -> None:
+    """Judge request ``rid`` at the end of a complete history: a client request got exactly one terminal."""
+    if view.role is Role.CLIENT and view.terminals != 1:
+        j.fail(ONE_TERMINAL, rid, f"{view.terminals} terminals at the end (exactly one expected)")

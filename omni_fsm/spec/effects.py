@@ -1,0 +1,386 @@
+"""What each ``Effect`` of the table does (the table says when), and whom an effect reaches.
+
+An effect is part of the specification: it says which observation a transition makes and which
+other requests it reaches, so a faulty variant of either is a ``Spec`` too. Effects run on a
+``Context`` (the core's records, its engine and its queue of internal events, through public
+names only). Request effects take ``(context, record, event, source state, observations out)``;
+engine effects ``(context, event, observations out)``. They append observations and may queue
+internal events; they never choose a row.
+
+Every effect that reaches another request is declared in ``FAN_OUT``: whom it reaches
+(``Reach``) and the event each reached request is sent, so the core runs one fan-out for all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
+
+import attrs
+
+from omni_fsm.spec import events as ev
+from omni_fsm.spec import observations as ob
+from omni_fsm.spec.guards import fold_outcome
+from omni_fsm.spec.record import Engine, Record, dependent_id
+from omni_fsm.spec.vocabulary import (
+    STOP_REASON,
+    TERMINAL_OUTCOME,
+    IdentityHashedEnum,
+    Outcome,
+    ReqState,
+    Role,
+    StageKind,
+)
+
+Out = list[ob.Observation]
+
+
+class Effect(IdentityHashedEnum):
+    """The closed set of things a transition can ask for besides changing state."""
+
+    DISPATCH = "dispatch"  #: send the request to its current stage
+    SPAWN_CHILDREN = "spawn_children"  #: create and submit the ``n`` child samples
+    SPAWN_COMPANIONS = "spawn_companions"  #: create and submit the CFG companions
+    ACCUMULATE = "accumulate"  #: add the output's tokens to the stage's prefix
+    EMIT_PARTIAL = "emit_partial"  #: stream the output to the client (final-output AR stage)
+    EMIT_STAGE_FINAL = "emit_stage_final"  #: an earlier final-output stage is done: not terminal
+    FORWARD = "forward"  #: route to the next stage (through its input adapter) and dispatch
+    NOTE_CHILD = "note_child"  #: one child fewer; fold its outcome into the parent's
+    NOTE_COMPANION = "note_companion"  #: one companion fewer outstanding
+    NOTE_COMPANION_LOST = "note_companion_lost"  #: a companion failed: the parent can never resume
+    ACK_ABORT = "ack_abort"  #: the abort request is accepted (observable: abort requested)
+    REMEMBER_RESUME = "remember_resume"  #: keep the interrupted state for a failed abort
+    FOLLOW_INTERRUPTED = "follow_interrupted"  #: move the interrupted state as this table says
+    SEND_ABORT = "send_abort"  #: ask the bound stage to abort physically
+    COMMIT_ABORT = "commit_abort"  #: commit the abort (only after the physical abort)
+    ANSWER_ABORT_FAILED = "answer_abort_failed"  #: the abort caller learns it failed
+    ABORT_CHILDREN = "abort_children"  #: a parent's abort reaches every open child
+    ABORT_COMPANIONS = "abort_companions"  #: a parent's abort reaches every open companion
+    # terminal entry actions
+    EMIT_TERMINAL = "emit_terminal"  #: the one client-visible terminal (children: per sample)
+    NOTIFY_PARENT = "notify_parent"  #: a child or companion tells its parent it ended
+    ABORT_DEPENDENTS = "abort_dependents"  #: open children / companions are aborted
+    RELEASE = "release"  #: the record is dropped: no state survives the terminal
+    # control plane
+    SEND_RPC = "send_rpc"
+    ANSWER_RPC = "answer_rpc"  #: the RPC's own caller gets the workers' result
+    ANSWER_RPC_ERROR = "answer_rpc_error"  #: the RPC's own caller gets the worker's exception
+    NOTE_SLEEP = "note_sleep"
+    NOTE_WAKE = "note_wake"
+    ADMIT_HELD = "admit_held"  #: admit every request held while paused
+    FAIL_ALL_OPEN = "fail_all_open"  #: every open request fails (fatal)
+    FAIL_PENDING_RPCS = "fail_pending_rpcs"  #: in-flight RPC callers get an error, not silence
+    ABORT_ALL_OPEN = "abort_all_open"  #: shutdown: every open request ends as aborted
+    STOP_ORCHESTRATOR = "stop_orchestrator"
+    STOP_RUNTIMES = "stop_runtimes"  #: always after STOP_ORCHESTRATOR
+
+
+class Context(Protocol):
+    """What effects may use of the core that runs them."""
+
+    records: dict[int, Record]
+    engine: Engine
+
+    def enqueue(self, event: ev.RequestEvent) -> None:
+        """Queue an internal event, handled after the current one (in order)."""
+
+    def drain(self, out: Out) -> None:
+        """Handle every queued internal event now, appending their observations to ``out``."""
+
+
+Fx = Callable[[Context, Record, Any, ReqState, Out], None]
+EngineFx = Callable[[Context, Any, Out], None]
+
+
+# -- whom an effect reaches ---------------------------------------------------------------------
+
+
+class Reach(IdentityHashedEnum):
+    """Which other requests a fan-out effect reaches; the value says it in words."""
+
+    DEPENDENTS = "the request's open dependents (its n>1 samples or its CFG companions)"
+    EVERY_OPEN = ("every open request: n>1 samples first (their parent ends after its last), then clients, then"
+                  " companions")
+    HELD = "every request held (PENDING) while the engine was paused, in id order"
+
+
+#: The order ``EVERY_OPEN`` reaches requests in, by role (then by id).
+FAN_OUT_ORDER: tuple[Role, ...] = (Role.CHILD, Role.CLIENT, Role.COMPANION)
+#: The state of a request held while the engine was paused (what ``HELD`` reaches).
+HELD_STATE = ReqState.PENDING
+
+
+@attrs.frozen
+class FanOut:
+    """A cross-request effect: whom it reaches and the internal event each reached request is sent."""
+
+    reach: Reach
+    event: type[ev.RequestEvent]
+
+
+#: Every effect that reaches other requests (the child's or companion's notice to its parent is
+#: ``NOTIFY_PARENT``, the one effect that reaches one request up instead of down).
+FAN_OUT: Mapping[Effect, FanOut] = {
+    Effect.ABORT_CHILDREN: FanOut(Reach.DEPENDENTS, ev.Abort),
+    Effect.ABORT_COMPANIONS: FanOut(Reach.DEPENDENTS, ev.Abort),
+    Effect.ABORT_DEPENDENTS: FanOut(Reach.DEPENDENTS, ev.Abort),
+    Effect.FAIL_ALL_OPEN: FanOut(Reach.EVERY_OPEN, ev.EngineFailed),
+    Effect.ABORT_ALL_OPEN: FanOut(Reach.EVERY_OPEN, ev.ShutdownAbort),
+    Effect.ADMIT_HELD: FanOut(Reach.HELD, ev.Admit),
+}
+
+
+def reached(ctx: Context, rec: Record | None, reach: Reach) -> list[int]:
+    """Return the ids ``reach`` reaches, in order (``rec``: the request whose effect it is, if any)."""
+    if reach is Reach.DEPENDENTS:
+        if rec is None or not rec.fanout:  # most requests own no dependents
+            return []
+        return [d for d in (dependent_id(rec.rid, k) for k in range(rec.fanout)) if d in ctx.records]
+    if reach is Reach.HELD:
+        return [rid for rid, r in sorted(ctx.records.items()) if r.state is HELD_STATE]
+    rank = {role: i for i, role in enumerate(FAN_OUT_ORDER)}
+    return [rid for rid, _ in sorted(ctx.records.items(), key=lambda kv: (rank[kv[1].role], kv[0]))]
+
+
+def fan_out_effect(fan_out: FanOut) -> Fx:
+    """Return the request effect that sends ``fan_out.event`` to every request it reaches."""
+    make, reach = fan_out.event, fan_out.reach
+
+    def effect(ctx: Context, rec: Record, event: Any, source: ReqState, out: Out) -> None:
+        for rid in reached(ctx, rec, reach):
+            ctx.enqueue(make(rid))
+        if reach is Reach.EVERY_OPEN:
+            ctx.drain(out)  # every open request ends before the next effect
+
+    return effect
+
+
+def fan_out_engine_effect(fan_out: FanOut) -> EngineFx:
+    """Return the engine effect that sends ``fan_out.event`` to every request it reaches."""
+    make, reach = fan_out.event, fan_out.reach
+
+    def effect(ctx: Context, event: Any, out: Out) -> None:
+        for rid in reached(ctx, None, reach):
+            ctx.enqueue(make(rid))
+        if reach is Reach.EVERY_OPEN:
+            ctx.drain(out)  # every open request ends before the engine's next effect
+
+    return effect
+
+
+# -- request effects ------------------------------------------------------------------------------
+
+#: the finish reasons as text, looked up once (an Enum's ``.value`` is a slow property)
+_STOP_TEXT = {stop: reason.value for stop, reason in STOP_REASON.items()}
+_TERMINAL_TEXT = {state: (outcome, reason.value) for state, (outcome, reason) in TERMINAL_OUTCOME.items()}
+#: the stage a request spawned in each role ends at: a companion at stage 0 (it conditions the parent's first
+#: stage), a sample where its parent ends
+_COMPANION_LAST_STAGE = 0
+#: States of an ``n>1`` parent: its terminal is at the last stage, where its samples ended.
+PARENTS: frozenset[ReqState] = frozenset({ReqState.AWAITING_CHILDREN, ReqState.ABORTING_CHILDREN})
+
+
+def client_of(rec: Record) -> tuple[int, int]:
+    """Return whom a record's outputs reach: ``(client id, sample index)`` (``-1``: not a sample)."""
+    return (rec.parent, rec.sample) if rec.role is Role.CHILD else (rec.rid, -1)
+
+
+def spawn(ctx: Context, parent: Record, role: Role, count: int, out: Out) -> None:
+    """Create ``count`` dependents of ``parent`` in ``role`` and queue their submits."""
+    last = _COMPANION_LAST_STAGE if role is Role.COMPANION else parent.last_stage
+    for k in range(count):
+        rid = dependent_id(parent.rid, k)
+        ctx.records[rid] = Record(rid, role=role, parent=parent.rid, last_stage=last, sample=k)
+        out.append(ob.Submitted(rid, role, parent.rid))
+        ctx.enqueue(ev.Submit(rid))
+
+
+def _dispatch(ctx: Context, rec: Record, event: Any, source: ReqState, out: Out) -> None:
+    out.append(ob.Dispatched(rec.rid, rec.stage))
+
+
+def _spawn_children(ctx: Context, rec: Record, event: Any, source: ReqState, out: Out) -> None:
+    spawn(ctx, rec, Role.CHILD, rec.fanout, out)
+
+
+def _spawn_companions(ctx: Context, rec: Record, event: Any, source: ReqState, out: Out) -> None:
+    spawn(ctx, rec, Role.COMPANION, rec.companions_left, out)
+
+
+def _accumulate(ctx: Context, rec: Record, event: Any, source: ReqState, out: Out) -> None:
+    rec.tokens += event.tokens
+
+
+def _emit_partial(ctx: Context, rec: Record, event: Any, source: ReqState, out: Out) -> None:
+    client, sample = client_of(rec)
+    out.append(ob.Emitted(client, rec.stage, event.tokens, rec.tokens, sample=sample))
+
+
+def _emit_stage_final(ctx: Context, rec: Record, event: Any, source: ReqState, out: Out) -> None:
+    client, sample = client_of(rec)
+    stop = getattr(event, "stop", None)  # a stage's finish says how; a companion's gate opening is a plain stop
+    reason = "stop" if stop is None else _STOP_TEXT[stop]
+    out.append(ob.Emitted(client, rec.stage, 0, rec.tokens, stage_final=True, reason=reason, sample=sample))
+
+
+def _forward(ctx: Context, rec: Record, event: Any, source: ReqState, out: Out) -> None:
+    src = rec.stage
+    rec.stage, rec.tokens = src + 1, 0
+    out.append(ob.Forwarded(rec.rid, src, src + 1))
+    out.append(ob.Dispatched(rec.rid, src + 1))
+
+
+def _note_child(ctx: Context, rec: Record, event: Any, source: ReqState, out: Out) -> None:
+    rec.children_left -= 1
+    rec.worst = fold_outcome(rec.worst, event.outcome)
+
+
+def _note_companion(ctx: Context, rec: Record, event: Any, source: ReqState, out: Out) -> None:
+    rec.companions_left -= 1
+
+
+def _note_companion_lost(ctx: Context, rec: Record, event: Any, source: ReqState, out: Out) -> None:
+    rec.worst = ReqState.FINISHED_ERROR
+
+
+def _ack_abort(ctx: Context, rec: Record, event: Any, source: ReqState, out: Out) -> None:
+    out.append(ob.AbortRequested(rec.rid))
+
+
+def _remember_resume(ctx: Context, rec: Record, event: Any, source: ReqState, out: Out) -> None:
+    rec.resume = source
+
+
+def _send_abort(ctx: Context, rec: Record, event: Any, source: ReqState, out: Out) -> None:
+    out.append(ob.AbortSent(rec.rid, rec.stage))
+
+
+def _commit_abort(ctx: Context, rec: Record, event: Any, source: ReqState, out: Out) -> None:
+    out.append(ob.AbortCommitted(rec.rid))
+    out.append(ob.AbortAnswered(rec.rid, True))
+
+
+def _answer_abort_failed(ctx: Context, rec: Record, event: Any, source: ReqState, out: Out) -> None:
+    rec.resume = None
+    out.append(ob.AbortAnswered(rec.rid, False))
+
+
+def _emit_terminal(ctx: Context, rec: Record, event: Any, source: ReqState, out: Out) -> None:
+    outcome, reason = _TERMINAL_TEXT[rec.state]
+    eng = ctx.engine
+    keeps_prefix = eng.kinds[rec.stage] is StageKind.AR and eng.final[rec.stage]
+    cumulative = rec.tokens if (outcome is not Outcome.ABORTED or keeps_prefix) else 0
+    if rec.role is Role.CLIENT:  # an n>1 parent ends where its samples ended: the last stage
+        stage = rec.last_stage if source in PARENTS else rec.stage
+        out.append(ob.Emitted(rec.rid, stage, 0, cumulative, finished=True, outcome=outcome, reason=reason))
+    elif rec.role is Role.CHILD:  # one sample ends; the parent's terminal comes after the last
+        out.append(ob.Emitted(rec.parent, rec.stage, 0, cumulative, stage_final=True, outcome=outcome,
+                              reason=reason, sample=rec.sample))
+
+
+def _notify_parent(ctx: Context, rec: Record, event: Any, source: ReqState, out: Out) -> None:
+    if rec.role is Role.CHILD:
+        ctx.enqueue(ev.ChildEnded(rec.parent, rec.state))
+    elif rec.role is Role.COMPANION:
+        ok = TERMINAL_OUTCOME[rec.state][0] is Outcome.FINISHED
+        ctx.enqueue(ev.CompanionEnded(rec.parent, ok))
+
+
+def _release(ctx: Context, rec: Record, event: Any, source: ReqState, out: Out) -> None:
+    del ctx.records[rec.rid]
+    out.append(ob.Released(rec.rid))
+
+
+def follow_interrupted(target: ReqState) -> Fx:
+    """Return ``FOLLOW_INTERRUPTED`` for a row whose ``resume_to`` is ``target``: while aborting, the
+    scheduler may still move the request, and the interrupted state moves as the table says."""
+    def effect(ctx: Context, rec: Record, event: Any, source: ReqState, out: Out) -> None:
+        rec.resume = target
+
+    return effect
+
+
+#: request effect -> what it does (the fan-out ones: ``FAN_OUT``; ``FOLLOW_INTERRUPTED``: per row)
+EFFECTS: dict[Effect, Fx] = {
+    Effect.DISPATCH: _dispatch,
+    Effect.SPAWN_CHILDREN: _spawn_children,
+    Effect.SPAWN_COMPANIONS: _spawn_companions,
+    Effect.ACCUMULATE: _accumulate,
+    Effect.EMIT_PARTIAL: _emit_partial,
+    Effect.EMIT_STAGE_FINAL: _emit_stage_final,
+    Effect.FORWARD: _forward,
+    Effect.NOTE_CHILD: _note_child,
+    Effect.NOTE_COMPANION: _note_companion,
+    Effect.NOTE_COMPANION_LOST: _note_companion_lost,
+    Effect.ACK_ABORT: _ack_abort,
+    Effect.REMEMBER_RESUME: _remember_resume,
+    Effect.SEND_ABORT: _send_abort,
+    Effect.COMMIT_ABORT: _commit_abort,
+    Effect.ANSWER_ABORT_FAILED: _answer_abort_failed,
+    Effect.EMIT_TERMINAL: _emit_terminal,
+    Effect.NOTIFY_PARENT: _notify_parent,
+    Effect.RELEASE: _release,
+}
+
+
+# -- engine (control-plane) effects -----------------------------------------------------------------
+
+#: why in-flight RPC callers are answered with an error, by the event that ended the engine
+RPC_FAILURE_WHY: Mapping[type[ev.Event], str] = {ev.EngineDied: "engine died", ev.Shutdown: "engine shut down"}
+
+
+def _send_rpc(ctx: Context, event: Any, out: Out) -> None:
+    ctx.engine.pending_rpcs[event.call_id] = (event.method, event.level, event.tags)
+    out.append(ob.RpcSent(event.call_id, event.method))
+
+
+def _answer_rpc(ctx: Context, event: Any, out: Out) -> None:
+    method = ctx.engine.pending_rpcs.pop(event.call_id)[0]
+    error = getattr(event, "error", None)  # a worker's exception (RpcFailed), or none: every worker answered
+    out.append(ob.RpcAnswered(event.call_id, method, error is None, error))
+
+
+def _note_sleep(ctx: Context, event: Any, out: Out) -> None:
+    _, level, tags = ctx.engine.pending_rpcs[event.call_id]
+    ctx.engine.sleep_level = max(ctx.engine.sleep_level, level)
+    ctx.engine.sleep_tags = ctx.engine.sleep_tags | (tags or frozenset({"*"}))
+
+
+def _note_wake(ctx: Context, event: Any, out: Out) -> None:
+    tags = ctx.engine.pending_rpcs[event.call_id][2]
+    left = frozenset() if not tags or "*" in tags else ctx.engine.sleep_tags - tags
+    ctx.engine.sleep_tags = left
+    if not left:
+        ctx.engine.sleep_level = 0
+
+
+def _fail_pending_rpcs(ctx: Context, event: Any, out: Out) -> None:
+    why = RPC_FAILURE_WHY[event.__class__]
+    for call_id, (method, _, _) in sorted(ctx.engine.pending_rpcs.items()):
+        out.append(ob.RpcAnswered(call_id, method, False, why))
+    ctx.engine.pending_rpcs.clear()
+
+
+def _stop_orchestrator(ctx: Context, event: Any, out: Out) -> None:
+    out.append(ob.OrchestratorStopped())
+
+
+def _stop_runtimes(ctx: Context, event: Any, out: Out) -> None:
+    out.append(ob.RuntimesStopped())
+
+
+#: engine (control-plane) effect -> what it does (the fan-out ones: ``FAN_OUT``)
+ENGINE_EFFECTS: dict[Effect, EngineFx] = {
+    Effect.SEND_RPC: _send_rpc,
+    Effect.ANSWER_RPC: _answer_rpc,
+    Effect.ANSWER_RPC_ERROR: _answer_rpc,
+    Effect.NOTE_SLEEP: _note_sleep,
+    Effect.NOTE_WAKE: _note_wake,
+    Effect.FAIL_PENDING_RPCS: _fail_pending_rpcs,
+    Effect.STOP_ORCHESTRATOR: _stop_orchestrator,
+    Effect.STOP_RUNTIMES: _stop_runtimes,
+}
+
+__all__ = ["EFFECTS", "ENGINE_EFFECTS", "FAN_OUT", "FAN_OUT_ORDER", "HELD_STATE", "PARENTS", "RPC_FAILURE_WHY",
+           "Context", "Effect", "EngineFx", "FanOut", "Fx", "Out", "Reach", "client_of", "fan_out_effect",
+           "fan_out_engine_effect", "follow_interrupted", "reached", "spawn"]  # fmt: skip
