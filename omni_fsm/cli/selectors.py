@@ -5,7 +5,7 @@ table or a guard; ``tests/fsm/test_selectors.py`` fails while the checked-in fil
 generated module is plain Python in a real file (a guard's error names its file and line); the core
 uses it for ``SPEC`` and falls back to closures over the guard functions (``engine/compiled.py``) for
 any other table. Why: a closure calls each guard, and a call costs more than the test it makes; the
-inlined selection took the core's ``handle`` from 23.3 to 18.6 thousand instructions (callgrind,
+inlined selection took the core's ``handle`` from 23.3 to 19.0 thousand instructions (callgrind,
 ``bench/handle_instructions.py``).
 
 A guard is inlined when its body is one ``return`` expression over ``record``, ``event`` and ``engine``

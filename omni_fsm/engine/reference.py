@@ -3,7 +3,8 @@
 Each table gets ONE shared, static ``transitions.Machine(model=None)`` (never one per request,
 never ``add_model``): every row becomes one transition, added in table order, so the library's
 "first transition whose conditions pass wins" is the table's first match. It is slow and
-plainly correct; the tests hold the compiled fast path (``_compiled.CompiledTable``) to it.
+plainly correct; the tests hold the fast path (``engine.compiled.CompiledTable``: the generated
+``spec/selection.py`` for ``SPEC``) to it.
 Imported lazily: ``import omni_fsm`` never loads ``transitions``.
 """
 

@@ -43,9 +43,8 @@ DEFAULT_FAMILIES: frozenset[str] = frozenset(FAMILIES) - {"abort_race"}
 PROGRESS: frozenset[type[ev.Event]] = frozenset(
     {ev.Scheduled, ev.InputReady, ev.StageOutput, ev.StageFinished, ev.AbortDone, ev.Control, ev.RpcDone}
 )
-_STAGE_REPORTS = (ev.Scheduled, ev.Preempted, ev.AwaitGrammar, ev.AwaitRemoteKVs, ev.AwaitStreamingReq,
-                  ev.AwaitChunk, ev.InputReady, ev.StageAborted, ev.StageFailed, ev.ReplicaLost, ev.AbortDone,
-                  ev.AbortFailed)
+#: the stage reports a late copy of which the family "late" sends (outputs and finishes carry fields: made apart)
+_STAGE_REPORTS = tuple(e for e in ev.STAGE_REPORTS if e not in (ev.StageOutput, ev.StageFinished))
 _CONTROL_IDS = {m: i + 1 for i, m in enumerate(ControlMethod)}
 #: One step of the search: an event, or a short macro of events applied back to back.
 Step = ev.Event | tuple[ev.Event, ...]

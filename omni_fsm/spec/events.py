@@ -232,3 +232,5 @@ REQUEST_EVENTS: tuple[type[RequestEvent], ...] = (
     AbortFailed, Admit, ChildEnded, CompanionEnded, EngineFailed, ShutdownAbort,
 )
 ENGINE_EVENTS: tuple[type[Event], ...] = (Control, RpcDone, RpcFailed, EngineDied, Shutdown)
+#: A runtime's reports about one request at one stage (the one list of them: the rest derive from it).
+STAGE_REPORTS: tuple[type[StageEvent], ...] = tuple(e for e in REQUEST_EVENTS if issubclass(e, StageEvent))

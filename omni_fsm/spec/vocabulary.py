@@ -133,11 +133,14 @@ class StopKind(IdentityHashedEnum):
     IGNORED = "ignored"  #: prompt too long: nothing generated
 
 
-#: How a stage finished -> the finish reason a client sees (``IGNORED``: nothing generated, length).
-STOP_REASON: dict[StopKind, FinishReason] = {
-    StopKind.STOP: FinishReason.STOP, StopKind.LENGTH: FinishReason.LENGTH,
-    StopKind.REPETITION: FinishReason.REPETITION, StopKind.IGNORED: FinishReason.LENGTH,
+#: How a stage finished -> the terminal state when that stage ends the request (``IGNORED``: nothing generated):
+#: the one source of the finish mapping (the table's last-stage finish rows follow it, a test checks).
+STOP_STATE: dict[StopKind, ReqState] = {
+    StopKind.STOP: ReqState.FINISHED_STOPPED, StopKind.LENGTH: ReqState.FINISHED_LENGTH_CAPPED,
+    StopKind.REPETITION: ReqState.FINISHED_REPETITION, StopKind.IGNORED: ReqState.FINISHED_IGNORED,
 }  # fmt: skip
+#: How a stage finished -> the finish reason a client sees (that of the terminal state it maps to).
+STOP_REASON: dict[StopKind, FinishReason] = {stop: TERMINAL_OUTCOME[state][1] for stop, state in STOP_STATE.items()}
 
 
 class Role(IdentityHashedEnum):
