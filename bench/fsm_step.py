@@ -1,83 +1,116 @@
-"""Cost of one lifecycle transition, compiled table vs ``transitions``, and bytes per tracked request.
+"""Cost of one ``Lifecycle.handle``, compiled tables vs the ``transitions`` reference, and bytes per tracked request.
 
-Run as ``.venv/bin/python bench/fsm_step.py``. Per transition: the time of a batch of prebuilt
-events divided by its size, median over the batches, for the compiled path (``CompiledTable.fire``)
-and for the shared static ``transitions.Machine(model=None)`` (``ReferenceTable.fire``) on the same
-table and the same event list. Memory: the ``tracemalloc`` delta of a ``Lifecycle`` tracking
-``requests`` submitted requests (registry, records and ids), divided by ``requests``.
-Targets: compiled <= 1 us, >= 10x faster than transitions, <= 256 bytes per tracked request.
+Run as ``.venv/bin/python bench/fsm_step.py`` (``--quick``: a small mix, few repeats, for a smoke test).
+
+What is timed: ``omni_fsm.Lifecycle.handle`` per event over the event mix of
+``bench/handle_instructions.py`` (``record_mix()``: a three-stage AR -> AR -> diffusion pipeline; one
+request in eight with two samples, one in eight with a CFG companion, one in five aborted while its
+second stage runs), replayed on a fresh core per repeat: the time of the whole replay divided by its
+number of events, median over the repeats (the garbage collector off while a replay runs, as
+``timeit`` does). The whole handle is timed: row selection, effects, observations, slot moves and the
+fan-out drained. The reference does the same work: a ``Lifecycle`` whose request and engine tables
+are replaced by the ``transitions`` machines of ``omni_fsm.engine.reference.build_reference(SPEC)``,
+so the core asks the reference for every row selection and does everything else the same. Before
+any timing both cores replay the whole mix once and must return identical observation lists for
+every event (else ``AssertionError``). The two paths alternate repeat by repeat, so machine noise
+falls on both alike.
+Memory: the ``tracemalloc`` delta of a ``Lifecycle`` (the mix's pipeline) tracking ``requests``
+submitted requests (registry entry, record, id), divided by ``requests``.
+Targets: the reference >= 10x slower than the compiled handle (ratio), <= 256 bytes per tracked request.
+Prints the figures side by side and, last line,
+``fsm_step: handle_us=X transitions_us=Y ratio=R bytes_per_request=B`` (ratio = transitions_us / handle_us).
 """
 
 from __future__ import annotations
 
+import argparse
 import gc
+import importlib.util
 import statistics
 import sys
 import time
 import tracemalloc
-from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
-from omni_fsm import SPEC, Engine, Record, ReqState, StageKind
+from omni_fsm import SPEC, Lifecycle, StageKind
 from omni_fsm import events as ev
-from omni_fsm.engine.compiled import CompiledTable
-from omni_fsm.engine.core import Lifecycle
-from omni_fsm.engine.reference import ReferenceTable
-
-Fire = Callable[[Any, Any, Engine], Any]
-#: One record's round trip: WAITING -> RUNNING (outputs) -> PREEMPTED -> RUNNING (outputs)
-#: -> WAITING_FOR_CHUNK -> WAITING. Every event has a matching row on a one-stage AR pipeline.
-CYCLE: tuple[type[ev.StageEvent], ...] = (
-    ev.Scheduled, ev.StageOutput, ev.StageOutput, ev.StageOutput, ev.Preempted,
-    ev.Scheduled, ev.StageOutput, ev.StageOutput, ev.AwaitChunk, ev.InputReady,
-)  # fmt: skip
-START = ReqState.WAITING
-RECORDS = 64
+from omni_fsm.engine.reference import build_reference
 
 
-def build_workload(events: int, records: int = RECORDS) -> tuple[list[Record], Engine, list[tuple[Record, Any]]]:
-    """Return the records, the engine and ``events`` prebuilt ``(record, event)`` pairs, interleaved."""
-    engine = Engine(kinds=(StageKind.AR,), final=(True,))
-    recs = [Record(rid, state=START) for rid in range(records)]
-    per_record = [[kind(rec.rid, 0) for kind in CYCLE] for rec in recs]
-    pairs = [(recs[i % records], per_record[i % records][(i // records) % len(CYCLE)]) for i in range(events)]
-    return recs, engine, pairs
+def _handle_instructions() -> Any:
+    """Load ``bench/handle_instructions.py`` (a script, not a package) by its path."""
+    path = Path(__file__).resolve().with_name("handle_instructions.py")
+    spec = importlib.util.spec_from_file_location("handle_instructions_bench", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
-def reset(recs: list[Record]) -> None:
-    for rec in recs:
-        rec.state = START
+MIX = _handle_instructions()
+KINDS = tuple(StageKind.AR if k == "ar" else StageKind.DIFFUSION for k in MIX.KINDS)
+FINAL: tuple[bool, ...] = tuple(MIX.FINAL)
+REFERENCE = build_reference(SPEC)
 
 
-def check_workload(fire: Fire, recs: list[Record], engine: Engine, pairs: list[tuple[Record, Any]]) -> list[Any]:
-    """Run the workload once; raise if any event finds no row. Return the states reached."""
-    reset(recs)
-    for rec, event in pairs:
-        if fire(rec, event, engine) is None:
-            raise AssertionError(f"no row for {event!r} in {rec.state!r}")
-    states = [rec.state for rec in recs]
-    reset(recs)
-    return states
+def record_mix(requests: int = MIX.REQUESTS) -> list[Any]:
+    """Return the event mix of ``bench/handle_instructions.py`` for ``requests`` client requests."""
+    mix: list[Any] = MIX.record_mix(requests)
+    return mix
 
 
-def time_batches(fire: Fire, recs: list[Record], engine: Engine, pairs: list[tuple[Record, Any]],
-                 batches: int) -> list[float]:  # fmt: skip
-    """Return the seconds per transition of each batch."""
-    per_event: list[float] = []
-    clock = time.perf_counter
-    for _ in range(batches):
-        reset(recs)
-        start = clock()
-        for rec, event in pairs:
-            fire(rec, event, engine)
-        per_event.append((clock() - start) / len(pairs))
-    reset(recs)
-    return per_event
+def fresh_core(reference: bool = False) -> Lifecycle:
+    """Return a fresh core on the mix's pipeline; ``reference``: its tables replaced by ``transitions``."""
+    core = Lifecycle(KINDS, FINAL)
+    if reference:
+        core.table, core.engine_table = REFERENCE.request, REFERENCE.engine
+    return core
+
+
+def observe(mix: list[Any], reference: bool = False) -> list[list[Any]]:
+    """Replay ``mix`` on a fresh core; return each event's observations."""
+    handle = fresh_core(reference).handle
+    return [handle(event) for event in mix]
+
+
+def check_same_work(mix: list[Any]) -> int:
+    """Raise unless both paths observe the same for every event of ``mix``; return the observations made."""
+    fast, slow = observe(mix), observe(mix, reference=True)
+    for i, (event, got, want) in enumerate(zip(mix, slow, fast, strict=True)):
+        if got != want:
+            raise AssertionError(f"event {i} ({event!r}): reference observed {got!r}, compiled {want!r}")
+    return sum(map(len, fast))
+
+
+def replay_seconds(mix: list[Any], reference: bool) -> float:
+    """Return the seconds per event of one replay of ``mix`` on a fresh core (construction not timed)."""
+    handle = fresh_core(reference).handle
+    gc.collect()
+    gc.disable()
+    try:
+        start = time.perf_counter()
+        for event in mix:
+            handle(event)
+        elapsed = time.perf_counter() - start
+    finally:
+        gc.enable()
+    return elapsed / len(mix)
+
+
+def time_paths(mix: list[Any], repeats: int) -> tuple[list[float], list[float]]:
+    """Return the seconds per event of each repeat, compiled and reference, alternating repeat by repeat."""
+    fast: list[float] = []
+    slow: list[float] = []
+    for _ in range(repeats):
+        fast.append(replay_seconds(mix, reference=False))
+        slow.append(replay_seconds(mix, reference=True))
+    return fast, slow
 
 
 def bytes_per_request(requests: int, stride: int = 2) -> int:
     """Return the memory one tracked request costs a ``Lifecycle``: registry entry, record, id."""
-    lifecycle = Lifecycle((StageKind.AR,), (True,))
+    lifecycle = fresh_core()
     handle = lifecycle.handle
     gc.collect()
     tracemalloc.start()
@@ -94,29 +127,42 @@ def bytes_per_request(requests: int, stride: int = 2) -> int:
     return round((after - before) / requests)
 
 
-def run(events: int = 100_000, batches: int = 15, requests: int = 100_000, out: Any = sys.stdout) -> str:
+def run(mix_requests: int = MIX.REQUESTS, repeats: int = 15, requests: int = 100_000, out: Any = sys.stdout) -> str:
     """Measure, print the figures side by side, and return the summary line (also printed last)."""
-    recs, engine, pairs = build_workload(events)
-    fast, slow = CompiledTable(SPEC.rows), ReferenceTable(SPEC.rows)
-    if check_workload(fast.fire, recs, engine, pairs) != check_workload(slow.fire, recs, engine, pairs):
-        raise AssertionError("the two paths ended the workload in different states")
-    fast_s = statistics.median(time_batches(fast.fire, recs, engine, pairs, batches))
-    slow_s = statistics.median(time_batches(slow.fire, recs, engine, pairs, batches))
+    mix = record_mix(mix_requests)
+    observations = check_same_work(mix)
+    fast, slow = time_paths(mix, repeats)
     per_request = bytes_per_request(requests)
-    fast_us, slow_us = fast_s * 1e6, slow_s * 1e6
-    print(f"{events:,} prebuilt events over {len(recs)} records, median of {batches} batches", file=out)
-    print(f"  compiled table (CompiledTable.fire)           {fast_us:8.3f} us/transition  (target <= 1)",
-          file=out)  # fmt: skip
-    print(f"  transitions Machine(model=None) (.fire)       {slow_us:8.2f} us/transition", file=out)
-    print(f"  ratio                                         {slow_us / fast_us:8.1f} x             (target >= 10)",
-          file=out)  # fmt: skip
-    print(f"  tracked request ({requests:,} in a Lifecycle)  {per_request:8d} bytes          (target <= 256)",
-          file=out)  # fmt: skip
-    line = (f"fsm_step: fast_us={fast_us:.3f} transitions_us={slow_us:.2f} ratio={slow_us / fast_us:.1f} "
+    handle_us, slow_us = statistics.median(fast) * 1e6, statistics.median(slow) * 1e6
+    ratio = slow_us / handle_us
+    print(f"event mix: {len(mix):,} events of {mix_requests} requests (AR -> AR -> diffusion; n=2, CFG, aborts), "
+          f"replayed on a fresh core, median of {repeats} repeats", file=out)  # fmt: skip
+    print(f"  same work: both paths made the same {observations:,} observations, event by event", file=out)
+    rows = (
+        ("Lifecycle.handle, compiled tables", f"{handle_us:8.3f} us/event",
+         f"(min {min(fast) * 1e6:.3f}, max {max(fast) * 1e6:.3f})"),
+        ("Lifecycle.handle, transitions reference", f"{slow_us:8.2f} us/event",
+         f"(min {min(slow) * 1e6:.2f}, max {max(slow) * 1e6:.2f})"),
+        ("ratio (transitions / compiled)", f"{ratio:8.1f} x       ", "(target >= 10)"),
+        (f"tracked request ({requests:,} in a Lifecycle)", f"{per_request:8d} bytes   ", "(target <= 256)"),
+    )  # fmt: skip
+    for label, figure, note in rows:
+        print(f"  {label:<44} {figure}  {note}", file=out)
+    line = (f"fsm_step: handle_us={handle_us:.3f} transitions_us={slow_us:.2f} ratio={ratio:.1f} "
             f"bytes_per_request={per_request}")  # fmt: skip
     print(line, file=out)
     return line
 
 
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="a small mix, 3 repeats, 1,000 tracked requests")
+    parser.add_argument("--repeats", type=int, help="replays of the mix per path (default 15; --quick: 3)")
+    args = parser.parse_args(argv)
+    mix_requests, repeats, requests = (40, 3, 1_000) if args.quick else (MIX.REQUESTS, 15, 100_000)
+    run(mix_requests, args.repeats or repeats, requests)
+    return 0
+
+
 if __name__ == "__main__":
-    run()
+    sys.exit(main())

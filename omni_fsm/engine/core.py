@@ -87,6 +87,8 @@ class Lifecycle:
         self.table = _compiled(spec.rows, guards)  # sets the inline index too (see the property)
         self.engine_table: Table = _compiled(spec.engine_rows, guards)
         self.records: dict[int, Record] = {}
+        #: dependent id -> the request that owns it, from its admission until it is released
+        self.reserved: dict[int, int] = {}
         self.counters = Counters()
         # per row (by identity): its plan. The compiled table is shared by equal tables, so its rows may be equal
         # copies of the spec's: both count.
@@ -125,6 +127,12 @@ class Lifecycle:
     def enqueue(self, event: ev.RequestEvent) -> None:
         """Queue an internal event (an effect's fan-out), handled after the current one, in order."""
         self._queue.append(event)
+
+    def release(self, rid: int) -> None:
+        """Drop ``rid``'s record and free the dependent ids it owned."""
+        rec = self.records.pop(rid)
+        for k in range(rec.fanout):
+            self.reserved.pop(dependent_id(rid, k), None)
 
     def drain(self, out: Out) -> None:
         """Handle every queued internal event now, appending their observations to ``out``."""
@@ -181,7 +189,7 @@ class Lifecycle:
 
     def _admit(self, event: ev.Submit, out: Out) -> None:
         """Make the record of a client's new request and fire its submit (refused: the record goes again)."""
-        problem = policy.admission_problem(event)
+        problem = policy.admission_problem(event, self.reserved.get(event.rid))
         if problem is not None:
             raise LifecycleError(event.rid, SPAWNED, event, problem)
         owned = fanout(event.n, event.companions)
@@ -191,11 +199,13 @@ class Lifecycle:
         rec = Record(event.rid, last_stage=len(self.engine.kinds) - 1, fanout=owned,
                      children_left=event.n if event.n > 1 else 0, companions_left=event.companions)
         self.records[event.rid] = rec
+        for k in range(owned):
+            self.reserved[dependent_id(event.rid, k)] = event.rid
         out.append(ob.Submitted(rec.rid, _CLIENT, -1, event.n, event.companions))
         try:
             self._fire(rec, event, out)
         except LifecycleError:
-            del self.records[rec.rid]
+            self.release(rec.rid)
             raise
 
     def _fire(self, rec: Record, event: ev.RequestEvent, out: Out) -> Row:
@@ -278,11 +288,12 @@ class Lifecycle:
         """Set the core's state from :meth:`snapshot`'s tuple."""
         eng_snap, recs = snap
         self.engine.load(eng_snap)
-        self.records = {}
+        self.records, self.reserved = {}, {}
         for rid, rsnap in recs:
             rec = Record(rid)
             rec.load(rsnap)
             self.records[rid] = rec
+            self.reserved.update((dependent_id(rid, k), rid) for k in range(rec.fanout))
 
     # -- building: each row's effects and slot moves, resolved once --------------------------
 

@@ -84,6 +84,9 @@ class Context(Protocol):
     def enqueue(self, event: ev.RequestEvent) -> None:
         """Queue an internal event, handled after the current one (in order)."""
 
+    def release(self, rid: int) -> None:
+        """Drop ``rid``'s record and free the dependent ids it owned."""
+
     def drain(self, out: Out) -> None:
         """Handle every queued internal event now, appending their observations to ``out``."""
 
@@ -287,7 +290,7 @@ def _notify_parent(ctx: Context, rec: Record, event: Any, source: ReqState, out:
 
 
 def _release(ctx: Context, rec: Record, event: Any, source: ReqState, out: Out) -> None:
-    del ctx.records[rec.rid]
+    ctx.release(rec.rid)
     out.append(ob.Released(rec.rid))
 
 

@@ -77,10 +77,13 @@ def _intake(event: type[ev.Event]) -> Intake:
 INTAKE: Mapping[type[ev.Event], Intake] = {e: _intake(e) for e in (*ev.REQUEST_EVENTS, *ev.ENGINE_EVENTS)}
 
 
-def admission_problem(event: ev.Submit) -> str | None:
-    """Return why a client's new request is refused (its ids, its fan-out), or ``None``."""
+def admission_problem(event: ev.Submit, reserved_by: int | None = None) -> str | None:
+    """Return why a client's new request is refused (its ids, its fan-out), or ``None``; ``reserved_by``: the
+    tracked request that owns ``event.rid`` as one of its dependents' ids, if any."""
     if event.rid < 0:
         return "request ids are non-negative"
+    if reserved_by is not None:
+        return f"id reserved for a dependent of request {reserved_by}"
     if event.n < 1 or event.companions < 0 or (event.n > 1 and event.companions > 0):
         return "need n >= 1, companions >= 0, not both"
     return None
