@@ -87,7 +87,8 @@ class Lifecycle:
         self.table = _compiled(spec.rows, guards)  # sets the inline index too (see the property)
         self.engine_table: Table = _compiled(spec.engine_rows, guards)
         self.records: dict[int, Record] = {}
-        #: dependent id -> the request that owns it, from its admission until it is released
+        #: dependent id -> the request that owns it, for a request admitted before it spawned them (held while
+        #: paused) until it is released; spawned dependents are tracked records themselves
         self.reserved: dict[int, int] = {}
         self.counters = Counters()
         # per row (by identity): its plan. The compiled table is shared by equal tables, so its rows may be equal
@@ -131,8 +132,9 @@ class Lifecycle:
     def release(self, rid: int) -> None:
         """Drop ``rid``'s record and free the dependent ids it owned."""
         rec = self.records.pop(rid)
-        for k in range(rec.fanout):
-            self.reserved.pop(dependent_id(rid, k), None)
+        if self.reserved:
+            for k in range(rec.fanout):
+                self.reserved.pop(dependent_id(rid, k), None)
 
     def drain(self, out: Out) -> None:
         """Handle every queued internal event now, appending their observations to ``out``."""
@@ -199,14 +201,16 @@ class Lifecycle:
         rec = Record(event.rid, last_stage=len(self.engine.kinds) - 1, fanout=owned,
                      children_left=event.n if event.n > 1 else 0, companions_left=event.companions)
         self.records[event.rid] = rec
-        for k in range(owned):
-            self.reserved[dependent_id(event.rid, k)] = event.rid
         out.append(ob.Submitted(rec.rid, _CLIENT, -1, event.n, event.companions))
         try:
             self._fire(rec, event, out)
         except LifecycleError:
-            self.release(rec.rid)
+            del self.records[rec.rid]
             raise
+        if owned and event.rid in self.records:  # dependents not spawned yet (held): their ids stay the parent's
+            for k in range(owned):
+                if (dep := dependent_id(event.rid, k)) not in self.records:
+                    self.reserved[dep] = event.rid
 
     def _fire(self, rec: Record, event: ev.RequestEvent, out: Out) -> Row:
         by_state = self._index.get(event.__class__)  # ``self.table.select``, inline: the hottest call there is
@@ -293,7 +297,11 @@ class Lifecycle:
             rec = Record(rid)
             rec.load(rsnap)
             self.records[rid] = rec
-            self.reserved.update((dependent_id(rid, k), rid) for k in range(rec.fanout))
+        for rid, rec in self.records.items():  # a parent that has not spawned: every dependent still owed, none here
+            deps = [dependent_id(rid, k) for k in range(rec.fanout)]
+            if deps and rec.children_left + rec.companions_left == rec.fanout and not any(
+                    d in self.records for d in deps):
+                self.reserved.update(dict.fromkeys(deps, rid))
 
     # -- building: each row's effects and slot moves, resolved once --------------------------
 

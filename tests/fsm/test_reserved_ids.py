@@ -24,14 +24,22 @@ def test_an_id_reserved_for_a_held_parents_samples_is_refused_and_nothing_change
 
 def test_a_released_parents_ids_are_free_again() -> None:
     lc = Lifecycle([StageKind.AR], [True])
+    lc.handle(ev.Control(1, ControlMethod.PAUSE_SCHEDULER))
+    lc.handle(ev.RpcDone(1))
     lc.handle(ev.Submit(0, companions=1))
     assert lc.reserved == {1: 0}
-    lc.handle(ev.Abort(0))  # reaches its companion too
-    lc.handle(ev.AbortDone(1, 0))
-    lc.handle(ev.AbortDone(0, 0))
-    assert lc.state_of(0) is None and lc.state_of(1) is None and lc.reserved == {}
+    lc.handle(ev.Abort(0))  # a held request ends at once
+    assert lc.state_of(0) is None and lc.reserved == {}
     lc.handle(ev.Submit(1))
     assert lc.state_of(1) is not None
+
+
+def test_an_admitted_parents_dependents_are_tracked_not_reserved() -> None:
+    lc = Lifecycle([StageKind.AR], [True])
+    lc.handle(ev.Submit(0, n=2))
+    assert lc.reserved == {} and lc.state_of(1) is not None and lc.state_of(2) is not None
+    with pytest.raises(LifecycleError, match="id already tracked"):
+        lc.handle(ev.Submit(1))
 
 
 def test_a_refused_submit_reserves_nothing() -> None:
@@ -44,6 +52,8 @@ def test_a_refused_submit_reserves_nothing() -> None:
 
 def test_restore_rebuilds_the_reservations() -> None:
     lc = Lifecycle([StageKind.AR], [True])
+    lc.handle(ev.Control(1, ControlMethod.PAUSE_SCHEDULER))
+    lc.handle(ev.RpcDone(1))
     lc.handle(ev.Submit(0, n=2))
     snap, reserved = lc.snapshot(), dict(lc.reserved)
     other = Lifecycle([StageKind.AR], [True])
