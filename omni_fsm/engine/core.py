@@ -87,8 +87,8 @@ class Lifecycle:
         self.table = _compiled(spec.rows, guards)  # sets the inline index too (see the property)
         self.engine_table: Table = _compiled(spec.engine_rows, guards)
         self.records: dict[int, Record] = {}
-        #: dependent id -> the request that owns it, for a request admitted before it spawned them (held while
-        #: paused) until it is released; spawned dependents are tracked records themselves
+        #: dependent id -> the request that owns it, from a held parent's admission until the dependent is spawned
+        #: (then it is a tracked record) or the parent released: derivable from the records (``restore`` does)
         self.reserved: dict[int, int] = {}
         self.counters = Counters()
         # per row (by identity): its plan. The compiled table is shared by equal tables, so its rows may be equal
@@ -109,8 +109,8 @@ class Lifecycle:
         self._table = table
         # ``_fire`` looks selectors up inline: ``event type -> state -> select(r, e, g)``; any other table is
         # asked through ``select`` for every (state, event type)
-        index = getattr(table, "index", None)
-        self._index: Any = index if isinstance(table, CompiledTable) else _Every(table.select)
+        self._index: Any = table.index if isinstance(table, CompiledTable) else {
+            kind: dict.fromkeys(ReqState, table.select) for kind in _PER_REQUEST}
 
     # -- queries -------------------------------------------------------------------------
 
@@ -178,6 +178,8 @@ class Lifecycle:
                 return
             if rec.state is not SPAWNED or top:  # a spawned dependent is submitted by its parent only
                 raise LifecycleError(rec.rid, rec.state, event, "id already tracked")
+            if self.reserved:  # spawned now: the dependent is a tracked record, its id no longer merely reserved
+                self.reserved.pop(rec.rid, None)
         elif rec is None:
             if top:  # fan-out to a dependent that already ended is silent
                 self.counters.dropped_unknown += 1
@@ -335,26 +337,6 @@ def _request_effect(effect: Effect, fan_out: Any, resume_to: Any) -> Fx:
         return _follow_interrupted(resume_to)
     spread: FanOut | None = fan_out.get(effect)
     return _EFFECTS[effect] if spread is None else fan_out_effect(spread)
-
-
-class _Every(dict):  # type: ignore[type-arg]
-    """``event type -> state -> select`` for a table that is not compiled: every case asks its ``select``."""
-
-    def __init__(self, select: Any) -> None:
-        super().__init__()
-        self._by_state = _AnyState(select)
-
-    def get(self, key: Any, default: Any = None) -> Any:
-        return self._by_state
-
-
-class _AnyState(dict):  # type: ignore[type-arg]
-    def __init__(self, select: Any) -> None:
-        super().__init__()
-        self._select = select
-
-    def get(self, key: Any, default: Any = None) -> Any:
-        return self._select
 
 
 @lru_cache(maxsize=32)

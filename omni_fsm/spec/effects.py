@@ -109,6 +109,7 @@ class Reach(IdentityHashedEnum):
 
 #: The order ``EVERY_OPEN`` reaches requests in, by role (then by id).
 FAN_OUT_ORDER: tuple[Role, ...] = (Role.CHILD, Role.CLIENT, Role.COMPANION)
+_RANK = {role: i for i, role in enumerate(FAN_OUT_ORDER)}
 #: The state of a request held while the engine was paused (what ``HELD`` reaches).
 HELD_STATE = ReqState.PENDING
 
@@ -141,8 +142,7 @@ def reached(ctx: Context, rec: Record | None, reach: Reach) -> list[int]:
         return [d for d in (dependent_id(rec.rid, k) for k in range(rec.fanout)) if d in ctx.records]
     if reach is Reach.HELD:
         return [rid for rid, r in sorted(ctx.records.items()) if r.state is HELD_STATE]
-    rank = {role: i for i, role in enumerate(FAN_OUT_ORDER)}
-    return [rid for rid, _ in sorted(ctx.records.items(), key=lambda kv: (rank[kv[1].role], kv[0]))]
+    return [rid for rid, _ in sorted(ctx.records.items(), key=lambda kv: (_RANK[kv[1].role], kv[0]))]
 
 
 def fan_out_effect(fan_out: FanOut) -> Fx:

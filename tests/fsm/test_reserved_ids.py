@@ -20,6 +20,9 @@ def test_an_id_reserved_for_a_held_parents_samples_is_refused_and_nothing_change
     lc.handle(ev.Control(2, ControlMethod.RESUME_SCHEDULER))
     out = lc.handle(ev.RpcDone(2))  # the parent is admitted and spawns its samples
     assert {o.rid for o in out if type(o).__name__ == "Submitted"} == {6, 7, 8}
+    assert lc.reserved == {}  # spawned: tracked records now, as a restored core sees them
+    with pytest.raises(LifecycleError, match="id already tracked"):
+        lc.handle(ev.Submit(6))
 
 
 def test_a_released_parents_ids_are_free_again() -> None:
@@ -42,7 +45,7 @@ def test_an_admitted_parents_dependents_are_tracked_not_reserved() -> None:
         lc.handle(ev.Submit(1))
 
 
-def test_a_refused_submit_reserves_nothing() -> None:
+def test_a_submit_that_ends_at_once_reserves_nothing() -> None:
     lc = Lifecycle([StageKind.AR], [True])
     lc.handle(ev.Control(1, ControlMethod.SLEEP))
     lc.handle(ev.RpcDone(1))
