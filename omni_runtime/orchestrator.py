@@ -21,6 +21,7 @@ from omni_fsm import (
     EngineState,
     LifecycleError,
     Outcome,
+    ReqState,
     Role,
     Spec,
     StageKind,
@@ -119,6 +120,9 @@ class Orchestrator:
         self._text: str | None = None  #: the text of the output being handled (for partials)
         #: (rid, route, result before, text before) of the in-order report being fed: restored if the lifecycle drops it
         self._undo: tuple[int, _Route, Any, str | None] | None = None
+        #: (rid, the runtime's report, the request's state before it) of the report being fed: what a ``Rejected``
+        #: of it says in the request's error
+        self._judged: tuple[int, rp.Report, ReqState | None] | None = None
         self._abort_batch: dict[tuple[int, int], list[int]] | None = None  #: AbortSent of one step, by replica
         self.stopped = False
 
@@ -313,8 +317,10 @@ class Orchestrator:
             route.error = str(exc) if isinstance(exc, _Malformed) else (
                 f"the runtime's {type(report).__name__} cannot be taken by its stage: {type(exc).__name__}: {exc}")
             event = ev.StageFailed(rid, stage)
+        rec = self.lifecycle.records.get(rid)
+        self._judged = (rid, report, None if rec is None else rec.state)  # named by a ``Rejected``, if any
         out = self._feed(event)  # a runtime report never raises a LifecycleError: nothing to undo
-        self._payload = self._undo = self._text = None
+        self._payload = self._undo = self._text = self._judged = None
         return out
 
     def _rpc_result(self, call_id: int, where: tuple[int, int], error: str | None) -> Commands:
@@ -433,6 +439,19 @@ class Orchestrator:
         undo = self._undo
         if undo is not None and o.rid == undo[0]:  # an in-order report not acted on: undo its buffer
             undo[1].result, undo[1].text = undo[2], undo[3]
+
+    def _on_rejected(self, o: ob.Rejected, out: Commands) -> None:
+        """A runtime report the lifecycle has no row for fails its request: its terminal's error says which report
+        was illegal, where, and in which state (not the bare finish reason)."""
+        route = self.routes.get(o.rid)
+        if route is None:
+            return
+        judged = self._judged
+        report, state = (judged[1], judged[2]) if judged is not None and judged[0] == o.rid else (None, None)
+        what = o.event if report is None else f"{type(report).__name__} ({o.event})"
+        where = "its state" if state is None else state.name
+        route.error = (f"runtime report {what} rejected at stage {route.stage}: the lifecycle has no row for it in "
+                       f"{where}")  # fmt: skip
 
     def _on_rpc_answered(self, o: ob.RpcAnswered, out: Commands) -> None:
         self._rpcs.pop(o.call_id, None)
@@ -586,7 +605,7 @@ _OBSERVATIONS: dict[type, Callable[[Orchestrator, Any, Commands], None]] = {
     ob.Forwarded: Orchestrator._forward, ob.Released: Orchestrator._on_released,
     ob.Submitted: Orchestrator._on_submitted, ob.AbortSent: Orchestrator._on_abort_sent,
     ob.AbortAnswered: Orchestrator._on_abort_answered, ob.AbortCommitted: Orchestrator._on_abort_committed,
-    ob.Dropped: Orchestrator._on_dropped, ob.RpcSent: Orchestrator._on_rpc_sent,
+    ob.Dropped: Orchestrator._on_dropped, ob.Rejected: Orchestrator._on_rejected, ob.RpcSent: Orchestrator._on_rpc_sent,
     ob.RpcAnswered: Orchestrator._on_rpc_answered, ob.EngineChanged: Orchestrator._on_engine_changed,
     ob.OrchestratorStopped: Orchestrator._on_orchestrator_stopped,
     ob.RuntimesStopped: Orchestrator._on_runtimes_stopped,
@@ -632,6 +651,19 @@ def _event_of(rid: int, stage: int, report: rp.RequestReport, kind: type) -> ev.
     if kind is rp.Aborted:
         return ev.StageAborted(rid, stage)
     return ev.StageFailed(rid, stage)
+
+
+def report_event(stage: int, report: rp.RequestReport) -> ev.StageEvent:
+    """Return the lifecycle event the orchestrator feeds for an in-order per-request ``report`` of ``stage``'s runtime
+    (a report outside the protocol: ``StageFailed``, as it fails its request). The conformance kit judges a runtime's
+    stream with it, as the engine would.
+
+    Raises ``OmniRuntimeError`` for a report class that is no protocol report (nor a subclass of one).
+    """
+    try:
+        return _event_of(report.req_id, stage, report, _KINDS.get(report.__class__) or _kind_of(report.__class__))
+    except _Malformed:
+        return ev.StageFailed(report.req_id, stage)
 
 
 def _by_nearest_base(table: dict[type, Any], cls: type, what: str) -> Any:

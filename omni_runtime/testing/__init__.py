@@ -8,17 +8,25 @@ naming the broken invariant. As a pytest plugin::
 where ``factory(stage_spec, stage, replica, rpc_fails) -> StageRuntime`` (``rpc_fails``: its workers
 raise in every control RPC). Request ids are drawn per example, aborts come in batches of 1-3 and
 right after a request reports a wait, and progress is judged before ``shutdown()``, after which
-nothing may be reported (``make_machine`` says how). Strategies: ``stage_specs``, ``pipelines``,
-``workloads``.
+nothing may be reported (``make_machine`` says how). The stream is judged as the engine would take
+it too: a report its lifecycle has no row for fails the kit (AR-INV-001), and so does a runtime
+call that raises (under the rule its answer belongs to, with the calls that led to it).
+Strategies: ``stage_specs``, ``pipelines``, ``workloads``.
+
+The plugin runs the same examples every time (derandomized, no example database), whatever the
+Hypothesis profile; ``--omni-runtime-seed=N`` draws them from seed ``N`` instead (``random``: a
+fresh seed), with the profile's example database on, and a failure names the seed.
 """
 
 from __future__ import annotations
 
 import importlib
+import random
 from collections.abc import Collection
 
-from hypothesis import HealthCheck, Phase, settings
+from hypothesis import HealthCheck, Phase, seed, settings
 from hypothesis import strategies as st
+from hypothesis.database import ExampleDatabase
 from hypothesis.stateful import run_state_machine_as_test
 
 from omni_fsm import ControlMethod, StageKind
@@ -48,7 +56,8 @@ def workloads() -> st.SearchStrategy[list[tuple[int, int, int]]]:
 
 def check_runtime(factory: KitFactory, max_examples: int = 30, shrink: bool = True, may_die: bool = False,
                   derandomize: bool | None = None, kinds: Collection[StageKind] = tuple(StageKind),
-                  refused: Collection[ControlMethod] = ()) -> None:  # fmt: skip
+                  refused: Collection[ControlMethod] = (), draw_seed: int | None = None,
+                  database: ExampleDatabase | None = None) -> None:  # fmt: skip
     """Run the conformance machine against ``factory`` (with and without worker RPC errors).
 
     Raises ``ConformanceError`` naming the first invariant the runtime breaks. A runtime that
@@ -56,15 +65,22 @@ def check_runtime(factory: KitFactory, max_examples: int = 30, shrink: bool = Tr
     ``derandomize=True`` runs the same examples every time (a test that must not depend on the
     seed); ``None`` leaves it to the active Hypothesis profile. ``kinds``: the stage kinds the runtime
     serves (the kit draws stages of those kinds only). ``refused``: control RPCs its engine does not support,
-    each to be answered with an error (vLLM's CPU build refuses sleep).
+    each to be answered with an error (vLLM's CPU build refuses sleep). ``draw_seed``: draw the examples from
+    this seed (random generation: it overrides ``derandomize``); ``database``: the example database, to save
+    failing examples in and try them first (``None``: none).
     """
     phases = [Phase.explicit, Phase.reuse, Phase.generate, *([Phase.shrink] if shrink else [])]
     run = settings(max_examples=max_examples, stateful_step_count=30, deadline=None, phases=phases,
-                   suppress_health_check=list(HealthCheck), database=None, report_multiple_bugs=False)  # fmt: skip
+                   suppress_health_check=list(HealthCheck), database=database, report_multiple_bugs=False)  # fmt: skip
+    if draw_seed is not None:
+        derandomize = False
     if derandomize is not None:
         run = settings(run, derandomize=derandomize)
     for rpc_fails in (False, True):
-        run_state_machine_as_test(make_machine(factory, rpc_fails, may_die, kinds, refused), settings=run)
+        machine = make_machine(factory, rpc_fails, may_die, kinds, refused)
+        if draw_seed is not None:
+            machine = seed(draw_seed)(machine)
+        run_state_machine_as_test(machine, settings=run)
 
 
 def load_factory(spec: str) -> KitFactory:
@@ -99,6 +115,10 @@ def pytest_addoption(parser):  # type: ignore[no-untyped-def]
                      help="the runtime may report its own death (a death excuses what it still owes)")  # fmt: skip
     parser.addoption("--omni-runtime-kinds", default=None,
                      help="comma-separated stage kinds the runtime serves, e.g. 'ar' (default: all)")  # fmt: skip
+    parser.addoption("--omni-runtime-seed", default=None, metavar="N|random",
+                     help="draw the kit's examples from seed N ('random': a fresh one), with Hypothesis's example "
+                          "database on; a failure names the seed (default: the same examples every run, no "
+                          "database)")  # fmt: skip
 
 
 def pytest_collection_modifyitems(session, config, items):  # type: ignore[no-untyped-def]
@@ -109,6 +129,7 @@ def pytest_collection_modifyitems(session, config, items):  # type: ignore[no-un
         try:
             load_factory(spec)  # a wrong name is a usage error, not a failed test
             kinds = parse_kinds(config.getoption("--omni-runtime-kinds"))
+            draw_seed = parse_seed(config.getoption("--omni-runtime-seed"))
         except ValueError as exc:
             import pytest
 
@@ -116,7 +137,23 @@ def pytest_collection_modifyitems(session, config, items):  # type: ignore[no-un
 
         items.append(ConformanceItem.from_parent(session, name=f"omni-runtime-conformance[{spec}]", spec=spec,
                                                  may_die=config.getoption("--omni-runtime-may-die"),
-                                                 kinds=kinds))  # fmt: skip
+                                                 kinds=kinds, draw_seed=draw_seed))  # fmt: skip
+
+
+def parse_seed(text: str | None) -> int | None:
+    """Return the seed ``--omni-runtime-seed`` names (``None``: derandomized; ``random``: a fresh one, drawn now so
+    that a failure can name it); ``ValueError`` says what is wrong with ``text``."""
+    if text is None:
+        return None
+    if text.strip() == "random":
+        return random.SystemRandom().getrandbits(32)
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise ValueError(f"--omni-runtime-seed wants a non-negative integer or 'random', got {text!r}")
+    return value
 
 
 def parse_kinds(text: str | None) -> tuple[StageKind, ...]:
@@ -134,4 +171,4 @@ def parse_kinds(text: str | None) -> tuple[StageKind, ...]:
 
 
 __all__ = ["ConformanceError", "KitViolation", "RawStreamChecker", "check_runtime", "load_factory", "make_machine",
-           "pipelines", "sim_factory", "stage_specs", "workloads"]  # fmt: skip
+           "parse_seed", "pipelines", "sim_factory", "stage_specs", "workloads"]  # fmt: skip

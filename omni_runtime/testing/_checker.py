@@ -1,10 +1,14 @@
-"""Checks of a runtime's raw report stream (what the orchestrator would tolerate and drop)."""
+"""Checks of a runtime's raw report stream (what the orchestrator would tolerate and drop, and what its lifecycle
+would reject)."""
 
 from __future__ import annotations
 
 import attrs
 
+from omni_fsm.invariants import CHECKS
 from omni_runtime import protocol as rp
+from omni_runtime.pipeline import StageSpec
+from omni_runtime.testing._engine_view import EngineView
 
 ONE_FINISH = ("ORCH-INV-101", "one_finish_per_accepted_request")
 NO_OUTPUT_AFTER_ABORT = ("ORCH-INV-209", "no_output_after_acknowledged_abort")
@@ -18,6 +22,31 @@ SILENT_AFTER_SHUTDOWN = ("ORCH-INV-300", "no_report_after_shutdown")
 #: an end the engine decides itself (``Aborted``) only for a request in flight when a pause in abort mode was asked
 #: for, and each such request ended before that pause is answered as done
 ENGINE_ABORTS = ("ORCH-INV-101", "engine_aborts_only_when_paused_in_abort_mode")
+#: a report the engine would reject: the lifecycle table has no row for it in the request's state (the core answers
+#: ``Rejected`` and fails the request). The table's rows are the request-state (and slot, the KV cache's) transitions
+#: of upstream vLLM's scheduler, so a report with none breaks AR-INV-001, "Omni schedulers MUST preserve upstream
+#: request-state and cache transitions" (an ``Output`` before ``SCHEDULED`` skips WAITING -> RUNNING)
+NO_ROW = (CHECKS["ar_status_follows_upstream"].invariant, "ar_status_follows_upstream")
+#: per call of a runtime, the rule an exception raised out of it breaks, and what the call owes instead: every
+#: answer is a report, and a raise withholds it (the engine answers in its place: a dispatch it could not take fails
+#: that request, a ``step`` that raises loses the replica and every request on it)
+RAISED: dict[str, tuple[str, str, str]] = {
+    "bind": ("ORCH-INV-101", "one_finish_per_accepted_request",
+             "bind() takes the sink every report goes to; without it nothing the runtime is asked can be answered"),
+    "add_request": ("ORCH-INV-101", "one_finish_per_accepted_request",
+                    "a request the runtime cannot take is reported Failed, with the error, not raised"),
+    "feed_input": ("ORCH-INV-101", "one_finish_per_accepted_request",
+                   "a part of a streamed input the runtime cannot take fails its request by a Failed report"),
+    "abort_requests": ("ORCH-INV-202", "one_result_per_aborted_request",
+                       "each id of an abort is owed one AbortResult, ok=False with the error if it cannot be aborted"),
+    "control": ("ORCH-INV-205", "rpc_errors_propagated",
+                "a worker's exception is the RpcResult's error (ok=False), not raised out of control()"),
+    "step": ("ORCH-INV-206", "failure_is_request_scoped",
+             "a failure of one request is that request's Failed report; a raise out of step() loses the replica "
+             "and every request on it"),
+    "shutdown": ("ORCH-INV-300", "shutdown_stops_quietly",
+                 "shutdown() stops the runtime, idempotently, and nothing happens after, a raise included"),
+}  # fmt: skip
 
 #: statuses of an accepted request that is not running (preempted, or parked until something arrives): every
 #: scheduler status but running and ready again; an abort that goes by status may miss a request in one (B5)
@@ -34,7 +63,8 @@ class KitViolation:
     message: str
 
     def __str__(self) -> str:
-        return f"{self.invariant} ({self.check}) for {self.subject}: {self.message}"
+        subject = "" if self.subject is None else f" for {self.subject}"
+        return f"{self.invariant} ({self.check}){subject}: {self.message}"
 
 
 class RawStreamChecker:
@@ -45,10 +75,17 @@ class RawStreamChecker:
     can die), any death is therefore a violation (its message counts the requests it excused).
     A dead replica reports nothing after its death, and a replica that was shut down reports
     nothing at all (``shut_down``).
+
+    Given the stage ``spec`` (``serves``), it also judges as the engine does (``EngineView``): a
+    report the lifecycle would reject, which would fail its request, is a violation (``NO_ROW``),
+    unless the raw checks already failed that report.
     """
 
-    def __init__(self, may_die: bool = False) -> None:
+    def __init__(self, may_die: bool = False, spec: StageSpec | None = None) -> None:
         self.may_die = may_die
+        self.engine: EngineView | None = None
+        if spec is not None:
+            self.serves(spec)
         self.violations: list[KitViolation] = []
         self.accepted: set[int] = set()
         self.finished: dict[int, int] = {}
@@ -68,11 +105,17 @@ class RawStreamChecker:
     def _fail(self, what: tuple[str, str], subject: int | None, message: str) -> None:
         self.violations.append(KitViolation(what[0], what[1], subject, message))
 
+    def serves(self, spec: StageSpec) -> None:
+        """Judge from now on as an engine whose one stage is ``spec`` would (before any request is added)."""
+        self.engine = EngineView(spec)
+
     # -- what the kit asked ---------------------------------------------------------------------
 
     def added(self, req_id: int) -> None:
         self.accepted.add(req_id)
         self.next_seq[req_id] = 0
+        if self.engine is not None:
+            self.engine.added(req_id)
 
     def rpc(self, call_id: int, worker_raises: bool, aborts_all: bool = False) -> None:
         """Record control RPC ``call_id`` (``aborts_all``: a pause in abort mode: the engine ends what is open)."""
@@ -82,6 +125,8 @@ class RawStreamChecker:
 
     def aborting(self, abort_id: int, req_ids: list[int]) -> None:
         self.asked_aborts[abort_id] = set(req_ids)
+        if self.engine is not None:
+            self.engine.aborting(abort_id, req_ids)
 
     def shut_down(self) -> None:
         """Record that the runtime is being shut down: from now on any report is a violation."""
@@ -94,6 +139,15 @@ class RawStreamChecker:
     # -- what the runtime reported -----------------------------------------------------------------
 
     def __call__(self, report: rp.Report) -> None:
+        before = len(self.violations)
+        engine = None if self.closed or self.dead else self.engine  # (what follows a death or shutdown is dropped)
+        rejected = [] if engine is None else engine.report(report)
+        self._judge(report)
+        if len(self.violations) == before:  # a report the raw checks failed is not judged twice
+            for judged, state, event in rejected:
+                self._fail(NO_ROW, getattr(judged, "req_id", None), _rejection(judged, state, event))
+
+    def _judge(self, report: rp.Report) -> None:
         if self.closed:
             subject = getattr(report, "req_id", getattr(report, "call_id", None))
             self._fail(SILENT_AFTER_SHUTDOWN, subject, f"{type(report).__name__} after shutdown() was called")
@@ -190,3 +244,15 @@ class RawStreamChecker:
                 for rid in sorted(owed):
                     self._fail(ABORT_ANSWERED, rid, f"abort {abort_id} of request {rid} never answered")
         return self.violations
+
+
+def _rejection(report: rp.Report, state: object, event: str) -> str:
+    """Return what a rejected report was and where: the engine has no transition for it, and fails the request."""
+    what = type(report).__name__
+    if isinstance(report, rp.StatusChanged):
+        what += f"({getattr(report.status, 'name', report.status)})"
+    if isinstance(report, rp.RequestReport):
+        what += f" seq {report.seq}"
+    name = getattr(state, "name", state)
+    return (f"{what} in state {name}: the lifecycle has no row for {event} there, so the engine would reject it "
+            f"(Rejected) and fail the request")  # fmt: skip

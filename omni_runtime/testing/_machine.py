@@ -12,7 +12,7 @@ from omni_fsm import ControlMethod, StageKind
 from omni_runtime.adapters import StageInput
 from omni_runtime.pipeline import StageSpec
 from omni_runtime.protocol import StageRuntime, StreamingInput
-from omni_runtime.testing._checker import RawStreamChecker
+from omni_runtime.testing._checker import RAISED, KitViolation, RawStreamChecker
 
 #: (stage spec, stage index, replica, rpc_fails) -> a runtime; ``rpc_fails``: its workers raise in RPCs
 KitFactory = Callable[[StageSpec, int, int, bool], StageRuntime]
@@ -43,6 +43,8 @@ _PAUSE_TAGS: tuple[frozenset[str], ...] = (frozenset(), frozenset({"keep"}), fro
 _REQ_IDS = st.integers(0, 2**31 - 1)
 #: an abort picks its requests by index (modulo the candidates), so that a rule can also be called by hand
 _PICKS = st.lists(st.integers(0, 255), min_size=1, max_size=3)
+#: how many of the kit's latest calls a runtime's exception shows (a run of the same call counts once)
+_SHOWN_CALLS = 40
 
 
 def teardown_steps(spec: StageSpec, requests: int) -> int:
@@ -75,6 +77,11 @@ def make_machine(factory: KitFactory, rpc_fails: bool = False, may_die: bool = F
     ``shutdown`` is idempotent) and fails any report made from then on (ORCH-INV-300). With
     ``rpc_fails`` the kit's pause or sleep failed in a worker, so it did not take effect: the kit
     still sends the resume (whose answer must carry its error too) and demands the same progress.
+
+    The stream is also judged as the engine would take it (``RawStreamChecker.serves``): a report the
+    lifecycle has no row for fails the kit (AR-INV-001). A runtime that raises out of a call fails
+    the kit under the rule that call's answer belongs to (``RAISED``), showing the calls that led
+    to it; teardown then drives it no further.
     """
 
     class RuntimeConformance(RuleBasedStateMachine):
@@ -84,6 +91,36 @@ def make_machine(factory: KitFactory, rpc_fails: bool = False, may_die: bool = F
             self.runtime: Any = None
             self.held: dict[ControlMethod, None] = {}  #: the kit's pause / sleep calls not undone yet, in order
             self.input_open: set[int] = set()  #: streaming-input sessions whose input has not ended
+            self.calls: list[list[Any]] = []  #: the kit's calls of the runtime, in order: [what, times in a row]
+            self.raised = False  #: a call raised: the runtime is not driven any more
+
+        def _call(self, name: str, *args: Any, shown: str | None = None, subject: int | None = None) -> Any:
+            """Call the runtime's ``name`` (logged as ``shown``); an exception out of it fails the kit under the rule
+            the call's answer belongs to, naming the call and the calls that led to it."""
+            what = shown if shown is not None else f"{name}({', '.join(map(repr, args))})"
+            calls = self.calls
+            if calls and calls[-1][0] == what:
+                calls[-1][1] += 1
+            else:
+                calls.append([what, 1])
+            try:
+                return getattr(self.runtime, name)(*args)
+            except Exception as exc:
+                self.raised = True
+                invariant, check, owed = RAISED[name]
+                violation = KitViolation(invariant, check, subject,
+                                         f"{what} raised {type(exc).__name__}: {exc} ({owed})")  # fmt: skip
+                raise ConformanceError(f"{violation}\n{self.sequence()}") from exc
+
+        def sequence(self) -> str:
+            """Return the kit's calls of the runtime so far (the latest ``_SHOWN_CALLS``), for a failure message."""
+            total = sum(times for _, times in self.calls)
+            lines = [f"the kit's calls of the runtime so far ({total}), for a stage {self.spec!r}:"]
+            if len(self.calls) > _SHOWN_CALLS:
+                earlier = sum(times for _, times in self.calls[:-_SHOWN_CALLS])
+                lines.append(f"  ... {earlier} earlier calls")
+            lines += [f"  {what}" + (f" x{times}" if times > 1 else "") for what, times in self.calls[-_SHOWN_CALLS:]]
+            return "\n".join(lines)
 
         @initialize(spec=stage_specs(kinds))
         def start(self, spec: StageSpec) -> None:
@@ -94,7 +131,8 @@ def make_machine(factory: KitFactory, rpc_fails: bool = False, may_die: bool = F
                 raise ConformanceError(f"the factory made a {type(runtime).__name__}, not a StageRuntime "
                                        f"(it lacks {', '.join(lacks)})")  # fmt: skip
             self.runtime = runtime
-            self.runtime.bind(self.checker)
+            self.checker.serves(spec)
+            self._call("bind", self.checker, shown="bind(<the kit's sink>)")
 
         @rule(req_id=_REQ_IDS, tokens=st.lists(st.integers(0, 99), max_size=4), samples=st.integers(1, 3),
               streaming=st.booleans())
@@ -110,7 +148,9 @@ def make_machine(factory: KitFactory, rpc_fails: bool = False, may_die: bool = F
                 self.checker.added(req_id)
                 if streaming:
                     self.input_open.add(req_id)
-                self.runtime.add_request(req_id, StageInput(tuple(tokens), mm, streaming=streaming))
+                shown = f"add_request({req_id}, tokens={tuple(tokens)}{', streaming' if streaming else ''})"
+                self._call("add_request", req_id, StageInput(tuple(tokens), mm, streaming=streaming), subject=req_id,
+                           shown=shown)  # fmt: skip
 
         @precondition(lambda self: self.input_open)
         @rule(pick=st.integers(0, 255), tokens=st.lists(st.integers(4, 99), max_size=3), last=st.booleans())
@@ -120,7 +160,8 @@ def make_machine(factory: KitFactory, rpc_fails: bool = False, may_die: bool = F
             req_id = candidates[pick % len(candidates)]
             if last:
                 self.input_open.discard(req_id)
-            self.runtime.feed_input(req_id, StageInput(tuple(tokens)), last)
+            self._call("feed_input", req_id, StageInput(tuple(tokens)), last, subject=req_id,
+                       shown=f"feed_input({req_id}, tokens={tuple(tokens)}, last={last})")  # fmt: skip
 
         @precondition(lambda self: self.checker.open_requests())
         @rule(picks=_PICKS)
@@ -146,7 +187,7 @@ def make_machine(factory: KitFactory, rpc_fails: bool = False, may_die: bool = F
             batch = list(dict.fromkeys(req_ids))
             abort_id = 1000 + len(self.checker.asked_aborts)
             self.checker.aborting(abort_id, batch)
-            self.runtime.abort_requests(abort_id, batch)
+            self._call("abort_requests", abort_id, batch)
 
         @rule(method=st.sampled_from(list(ControlMethod)), mode=st.sampled_from(_PAUSE_TAGS))
         def control(self, method: ControlMethod, mode: frozenset[str] = frozenset()) -> None:
@@ -155,7 +196,8 @@ def make_machine(factory: KitFactory, rpc_fails: bool = False, may_die: bool = F
             tags = mode if method is ControlMethod.PAUSE_SCHEDULER else frozenset()
             call = 10_000 + len(self.checker.rpcs)
             self.checker.rpc(call, rpc_fails or method in refused, aborts_all="abort" in tags)
-            self.runtime.control(call, method, 1, tags)
+            self._call("control", call, method, 1, tags, subject=call,
+                       shown=f"control({call}, {method.value}, 1, tags={sorted(tags)})")  # fmt: skip
             if method in refused:
                 return
             if method in _UNDO:
@@ -167,7 +209,7 @@ def make_machine(factory: KitFactory, rpc_fails: bool = False, may_die: bool = F
         def step(self, steps: int) -> None:
             """Run up to ``steps`` steps, stopping at one after which a request waits (so an abort can land there)."""
             for _ in range(steps):
-                self.runtime.step()
+                self._call("step")
                 if self.checker.waiting:
                     break
 
@@ -184,24 +226,25 @@ def make_machine(factory: KitFactory, rpc_fails: bool = False, may_die: bool = F
                 raise ConformanceError(str(self.checker.violations[0]))
 
         def teardown(self) -> None:
-            if self.runtime is None:
+            if self.runtime is None or self.raised:
                 return
             for method in reversed(list(self.held)):
                 self.control(_UNDO[method])
             for req_id in sorted(self.input_open & set(self.checker.open_requests())):  # every input ends
-                self.runtime.feed_input(req_id, StageInput(), True)
+                self._call("feed_input", req_id, StageInput(), True, subject=req_id,
+                           shown=f"feed_input({req_id}, tokens=(), last=True)")  # fmt: skip
             self.input_open.clear()
             limit = teardown_steps(self.spec, len(self.checker.accepted))
             still_busy_after: int | None = limit
             for _ in range(limit):
-                if not self.runtime.step():
+                if not self._call("step"):
                     still_busy_after = None
                     break
-            self.runtime.step()
+            self._call("step")
             self.checker.at_end(still_busy_after)  # judged before shutdown(): that is not where work may get done
             self.checker.shut_down()
-            self.runtime.shutdown()
-            self.runtime.shutdown()
+            self._call("shutdown")
+            self._call("shutdown")
             self.stream_is_clean()
 
     RuntimeConformance.__name__ = f"RuntimeConformance[{getattr(factory, '__name__', 'runtime')}]"
