@@ -21,6 +21,8 @@ from omni_runtime.errors import OmniRuntimeError
 from omni_runtime.orchestrator import report_event
 from omni_runtime.pipeline import Pipeline, StageSpec
 
+UNBOUNDED = 1 << 40  #: the view's running slots: every request the kit adds is dispatched
+
 
 class EngineView:
     """The lifecycle of an engine whose one stage is the runtime under test (``spec``), as the orchestrator drives it.
@@ -29,13 +31,14 @@ class EngineView:
     report in sequence order (early ones held, duplicates dropped, as the orchestrator does), each
     abort result the engine waits for as ``AbortDone`` / ``AbortFailed``. The engine stays running:
     the kit hands the runtime requests while it is paused or asleep, where an engine would hold them,
-    so the view judges each request as dispatched when the kit added it. Capacity is the engine's for
-    a one-stage pipeline of ``spec`` (``Pipeline.slots``).
+    so the view judges each request as dispatched when the kit added it. For the same reason its capacity
+    is unbounded: the kit hands the runtime more requests than an engine's slots would let through (the
+    runtime queues what it cannot run), and every one of them was dispatched.
     """
 
     def __init__(self, spec: StageSpec) -> None:
         pipeline = Pipeline((spec,))
-        self.core = Lifecycle(pipeline.kinds, pipeline.final, pipeline.slots)
+        self.core = Lifecycle(pipeline.kinds, pipeline.final, UNBOUNDED)
         self.next_seq: dict[int, int] = {}
         self.held: dict[int, dict[int, rp.RequestReport]] = {}
         self.aborts: dict[int, set[int]] = {}  #: request id -> the kit's abort ids not answered yet

@@ -52,7 +52,7 @@ def main(model: str, mode: str) -> dict:
         check_runtime(counted, max_examples=EXAMPLES, kinds={StageKind.AR}, refused={ControlMethod.SLEEP},
                       derandomize=True, shrink=False)  # fmt: skip
         verdict = {"ok": True}
-    except AssertionError as exc:  # ConformanceError, or EngineNotDrained from a runtime's shutdown
+    except AssertionError as exc:  # ConformanceError (an EngineNotDrained from shutdown is ORCH-INV-300)
         verdict = {"ok": False, "error": type(exc).__name__, "message": str(exc).splitlines()[0]}
     finally:
         factory.close()  # type: ignore[attr-defined]
