@@ -6,9 +6,13 @@ from typing import Any
 
 import pytest
 from hypothesis import settings
+from hypothesis.database import DirectoryBasedExampleDatabase
 
 from omni_fsm import StageKind
 from omni_runtime.testing._machine import ConformanceError
+
+#: Where a seeded run keeps its examples when the active profile keeps none (Hypothesis' own default).
+DEFAULT_DATABASE = ".hypothesis/examples"
 
 
 class ConformanceItem(pytest.Item):
@@ -16,7 +20,8 @@ class ConformanceItem(pytest.Item):
 
     ``draw_seed`` ``None`` (the default): the same examples every run (derandomized), with no example
     database, whatever the active Hypothesis profile says; a seed: examples drawn from it, with the
-    profile's example database. A failure says which of the two it was.
+    profile's example database, or Hypothesis' default one (``.hypothesis/examples``) where the profile
+    has none (a CI profile). A failure says which of the two it was.
     """
 
     def __init__(self, *, spec: str, may_die: bool = False, kinds: tuple[StageKind, ...] = tuple(StageKind),
@@ -31,7 +36,10 @@ class ConformanceItem(pytest.Item):
         """Return the Hypothesis settings the item runs the kit with (``check_runtime``'s keywords)."""
         if self.draw_seed is None:
             return {"derandomize": True, "database": None}
-        return {"draw_seed": self.draw_seed, "database": settings().database}
+        database = settings().database
+        if database is None:  # a profile without one (CI's): the seed still turns the database on
+            database = DirectoryBasedExampleDatabase(DEFAULT_DATABASE)
+        return {"draw_seed": self.draw_seed, "database": database}
 
     def how_drawn(self) -> str:
         """Return how the examples were drawn, so that a failure can be run again."""
