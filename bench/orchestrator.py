@@ -20,16 +20,23 @@ apart: the consumer-side mailboxes (the synchronous API's per-request queues) an
 zero-cost runtimes keep themselves.
 
 Last line: ``orchestrator: core_hops_per_s=... driver_hops_per_s=... us_per_hop=... bytes_per_inflight=...
-lost=... duplicated=...`` (the lowest median of each over the four workloads; ``us_per_hop`` is the
-core's; ``bytes_per_inflight`` is the larger of the core's and the driver's orchestrator-held figures).
+lost=... duplicated=... [vs_vllm_omni=...]`` (the lowest median of each over the four workloads; ``us_per_hop``
+is the core's; ``bytes_per_inflight`` is the larger of the core's and the driver's orchestrator-held
+figures; ``vs_vllm_omni`` only with ``--vllm-omni``: see below).
 
 - floor: ``bench/_floor.py``, a skeleton that passes the same objects per hop as the core (events,
   observations, commands, stage inputs) and checks nothing: the least any design of this shape
   costs in CPython on the machine of the moment. ``core/floor`` is the price of what the core
   checks and records.
 - vLLM-Omni (``--vllm-omni PYTHON``, or ``OMNI_BENCH_VLLM_OMNI``): ``bench/vllm_omni_loop.py``, run with a
-  Python that has vLLM-Omni 0.30 installed (its own venv: see that script), before and after
-  the rounds, so that its figures and ours see the same machine; the ratios are printed.
+  Python that has vLLM-Omni 0.30 installed (``make vllm-omni-venv`` builds ``.venv-vllm-omni``), before
+  and after the rounds, so that its figures and ours see the same machine. The same work: the
+  same pipeline (AR -> AR -> diffusion, zero-cost stages, no detokenization on either side), the
+  same workloads and the same aborted requests (passed to it: ``--workloads``, ``--seed``,
+  ``--abort-stage``), aborted while at stage 1; its aborted counts and hops are checked against
+  the core's. Per workload, the mean of its two medians (before, after) over the core's median is
+  printed; the last line gains ``vs_vllm_omni=...``: the smallest of those per-workload ratios
+  (vLLM-Omni's time per hop over the core's on the same workload).
 """
 
 from __future__ import annotations
@@ -65,9 +72,22 @@ ROUNDS = 7  #: runs per figure (the median is reported)
 WORKLOADS = [(requests, abort_rate) for requests in (1_000, 10_000) for abort_rate in (0.0, 0.2)]
 _PAYLOADS = [None if kind is StageKind.DIFFUSION else (7,) for kind in PIPELINE.kinds]
 _ABORT_STAGE = 1
+SEED = 0  #: the aborted requests' draw (core, driver and vLLM-Omni alike)
 _INSTANT = instant.__file__  #: the zero-cost runtimes' module: what it allocates is the stages' memory
 
 Run = tuple[float, int, int, int]  #: (seconds, hops, lost, duplicated)
+
+
+def aborted_rids(requests: int, abort_rate: float) -> set[int]:
+    """The requests a run aborts: draw ``i`` of ``random.Random(SEED)`` below the rate (the driver draws the
+    same sequence; ``bench/vllm_omni_loop.py`` is given the seed and applies the same rule)."""
+    rng = random.Random(SEED)
+    return {rid for rid in range(requests) if rng.random() < abort_rate}
+
+
+def expected_hops(requests: int, abort_rate: float) -> int:
+    """Hops a run makes: every stage for a request that ends, stages up to ``_ABORT_STAGE`` for an aborted one."""
+    return requests * STAGES - len(aborted_rids(requests, abort_rate)) * (STAGES - _ABORT_STAGE - 1)
 
 
 def core_run(requests: int, abort_rate: float, orch: Orchestrator | None = None) -> Run:
@@ -77,8 +97,7 @@ def core_run(requests: int, abort_rate: float, orch: Orchestrator | None = None)
     have built them; the abort results, whose ids the core assigns, are built in the loop.
     """
     orch = orch or Orchestrator(PIPELINE)
-    rng = random.Random(0)
-    aborted = {rid for rid in range(requests) if rng.random() < abort_rate}
+    aborted = aborted_rids(requests, abort_rate)
     inputs = _reports(requests, aborted)
     terminals: dict[int, int] = {}
     report, submit, abort, abort_result = orch.report, orch.submit, orch.abort, rp.AbortResult
@@ -143,7 +162,7 @@ def driver_run(requests: int, abort_rate: float) -> Run:
         runtimes = instant_runtimes(PIPELINE)
         engine = AsyncEngine(PIPELINE, runtimes)
         await engine.start()
-        rng = random.Random(0)
+        rng = random.Random(SEED)
         terminals: dict[int, int] = {}
         done = asyncio.Event()
 
@@ -220,17 +239,44 @@ def _rate(runs: list[Run]) -> float:
     return statistics.median(hops / seconds for seconds, hops, _, _ in runs)
 
 
-def vllm_omni_us_per_hop(python: str) -> float:
-    """Run ``bench/vllm_omni_loop.py`` with ``python`` (a venv with vLLM-Omni); return its median us per hop."""
+Workload = tuple[int, float]  #: (requests, abort rate)
+_OMNI_LINE = re.compile(r"workload requests=(\d+) abort_rate=([0-9.]+) aborted=(\d+) hops=(\d+) "
+                        r"us_per_hop=([0-9.]+) .*cpu_us_per_hop=([0-9.]+)")
+
+
+def vllm_omni_figures(python: str) -> dict[Workload, tuple[float, float]]:
+    """Run ``bench/vllm_omni_loop.py`` with ``python`` (a venv with vLLM-Omni) on this bench's workloads;
+    return its median (us per hop, orchestrator-thread CPU us per hop) per workload.
+
+    It is given the workloads, the seed and the abort stage, and must report, per workload, the same
+    number of aborted requests and of hops as the core makes: otherwise it did not do the same work.
+    """
     script = Path(__file__).with_name("vllm_omni_loop.py")
-    done = subprocess.run([python, str(script)], capture_output=True, text=True, timeout=1800, check=False)
-    last = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else ""
-    found = re.search(r"us_per_hop=([0-9.]+)", last)
-    if done.returncode != 0 or not last.startswith("vllm_omni:") or found is None:
+    workloads = ",".join(f"{requests}:{abort_rate}" for requests, abort_rate in WORKLOADS)
+    argv = [python, str(script), "--workloads", workloads, "--seed", str(SEED), "--abort-stage", str(_ABORT_STAGE)]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=1800, check=False)
+    lines = done.stdout.strip().splitlines()
+    last = lines[-1] if lines else ""
+    if done.returncode != 0 or not last.startswith("vllm_omni:"):
         why = (done.stderr or last).strip()[-2000:]
         raise SystemExit(f"bench/vllm_omni_loop.py failed (exit {done.returncode}): {why}")
+    figures: dict[Workload, tuple[float, float]] = {}
+    for line in lines:
+        found = _OMNI_LINE.match(line)
+        if found is None:
+            continue
+        requests, rate, aborted, hops = int(found[1]), float(found[2]), int(found[3]), int(found[4])
+        if (requests, rate) not in WORKLOADS:
+            continue
+        want = (len(aborted_rids(requests, rate)), expected_hops(requests, rate))
+        if (aborted, hops) != want:
+            raise SystemExit(f"bench/vllm_omni_loop.py did other work for requests={requests} aborts={rate:.0%}: "
+                             f"{aborted} aborted, {hops} hops; the core: {want[0]} aborted, {want[1]} hops")
+        figures[(requests, rate)] = (float(found[5]), float(found[6]))
+    if set(figures) != set(WORKLOADS):
+        raise SystemExit(f"bench/vllm_omni_loop.py reported workloads {sorted(figures)}, not {WORKLOADS}")
     print(f"  vLLM-Omni: {last}")
-    return float(found.group(1))
+    return figures
 
 
 def main() -> int:
@@ -239,7 +285,7 @@ def main() -> int:
                         help="a Python with vLLM-Omni 0.30: measure its loop before and after ours")  # fmt: skip
     args = parser.parse_args()
     started = time.perf_counter()
-    omni_us = [vllm_omni_us_per_hop(args.vllm_omni)] if args.vllm_omni else []
+    omni_runs = [vllm_omni_figures(args.vllm_omni)] if args.vllm_omni else []
     for requests, abort_rate in WORKLOADS:
         core_run(requests, abort_rate)  # warm-up (imports, caches)
     core: dict[tuple[int, float], list[Run]] = {w: [] for w in WORKLOADS}
@@ -256,6 +302,10 @@ def main() -> int:
                 floor[workload[0]].append(floor_run(workload[0]))
     runs = [r for w in WORKLOADS for r in core[w] + driver[w]]
     lost, duplicated = sum(r[2] for r in runs), sum(r[3] for r in runs)
+    for workload in WORKLOADS:  # the hops vLLM-Omni's runs were checked against are the core's
+        hops = {r[1] for r in core[workload]}
+        if hops != {expected_hops(*workload)}:
+            raise SystemExit(f"core runs of {workload} made {sorted(hops)} hops, not {expected_hops(*workload)}")
     core_rates, driver_rates = [], []
     for workload in WORKLOADS:
         core_rates.append(_rate(core[workload]))
@@ -269,11 +319,19 @@ def main() -> int:
         rate = statistics.median(hops / seconds for seconds, hops in floor_runs)
         print(f"requests={requests:>6} floor {rate:>8,.0f} hops/s ({1e6 / rate:.1f} us/hop): the core takes "
               f"{rate / core_rates[WORKLOADS.index((requests, 0.0))]:.2f}x the floor's time")  # fmt: skip
+    vs_vllm_omni = ""
     if args.vllm_omni:
-        omni_us.append(vllm_omni_us_per_hop(args.vllm_omni))
-        omni = statistics.mean(omni_us)
-        print(f"vLLM-Omni {omni:.1f} us/hop (mean of the runs before and after): core is {omni * low_core / 1e6:.2f}x "
-              f"as fast, driver {omni * low_driver / 1e6:.2f}x")  # fmt: skip
+        omni_runs.append(vllm_omni_figures(args.vllm_omni))
+        ratios = []
+        for workload, core_rate, driver_rate in zip(WORKLOADS, core_rates, driver_rates, strict=True):
+            omni = statistics.mean(run[workload][0] for run in omni_runs)
+            omni_cpu = statistics.mean(run[workload][1] for run in omni_runs)
+            core_us, driver_us = 1e6 / core_rate, 1e6 / driver_rate
+            ratios.append(omni / core_us)
+            print(f"requests={workload[0]:>6} aborts={workload[1]:>3.0%}: vLLM-Omni {omni:.1f} us/hop (mean of the "
+                  f"runs before and after; its orchestrator thread's CPU {omni_cpu:.1f}): {ratios[-1]:.1f}x the core's "
+                  f"time ({omni_cpu / core_us:.1f}x on its thread's CPU alone), {omni / driver_us:.1f}x the driver's")
+        vs_vllm_omni = f" vs_vllm_omni={min(ratios):.2f}"
     core_bytes = bytes_per_inflight()
     driver_bytes, mailbox_bytes, runtime_bytes = driver_bytes_per_inflight()
     print(f"memory per in-flight request: core {core_bytes:.0f} B, driver {driver_bytes:.0f} B (orchestrator and "
@@ -281,7 +339,7 @@ def main() -> int:
     print(f"bench time {time.perf_counter() - started:.1f} s")
     print(f"orchestrator: core_hops_per_s={low_core:.0f} driver_hops_per_s={low_driver:.0f} "
           f"us_per_hop={1e6 / low_core:.2f} bytes_per_inflight={max(core_bytes, driver_bytes):.0f} "
-          f"lost={lost} duplicated={duplicated}")  # fmt: skip
+          f"lost={lost} duplicated={duplicated}{vs_vllm_omni}")  # fmt: skip
     return 0 if lost == duplicated == 0 else 1
 
 

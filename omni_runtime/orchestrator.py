@@ -530,7 +530,7 @@ class Orchestrator:
         adapter = self._outputs[o.stage]
         if not o.finished and not o.stage_final:  # a partial output (the hot path): what the output being fed carries
             out.append(cmd.Deliver(cmd.ClientMessage(o.rid, o.stage, adapter.delta(self._payload), False, False,
-                                                     o.outcome, o.reason, o.sample, o.cumulative, None, self._text)))
+                                                     o.outcome, None, o.sample, o.cumulative, None, self._text)))
             return
         source = self.routes.get(dependent_id(o.rid, o.sample) if o.sample >= 0 else o.rid)
         data: Any = None
@@ -541,8 +541,9 @@ class Orchestrator:
             if o.outcome is not Outcome.ABORTED:
                 stop_reason = source.stop_reason
         elif o.outcome in (Outcome.FAILED, Outcome.FATAL):
-            error = (source.error if source is not None else None) or o.reason
-        out.append(cmd.Deliver(cmd.ClientMessage(o.rid, o.stage, data, o.finished, o.stage_final, o.outcome, o.reason,
+            error = (source.error if source is not None else None) or (o.reason.value if o.reason else None)
+        reason = None if o.reason is None else o.reason.value  # the client reads vLLM's strings
+        out.append(cmd.Deliver(cmd.ClientMessage(o.rid, o.stage, data, o.finished, o.stage_final, o.outcome, reason,
                                                  o.sample, o.cumulative, error, text, stop_reason)))  # fmt: skip
 
     def _answer_abort(self, rid: int, ok: bool, out: Commands) -> None:

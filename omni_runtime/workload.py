@@ -121,7 +121,7 @@ class _Tally:
             if isinstance(o, ob.Dispatched):
                 self.dispatched[o.stage] += 1
             elif isinstance(o, ob.Emitted) and o.finished:
-                self.outcomes[f"{o.outcome.value if o.outcome else None}/{o.reason}"] += 1
+                self.outcomes[f"{o.outcome.value if o.outcome else None}/{o.reason.value if o.reason else None}"] += 1
 
 
 def _death_slots(pipeline: Pipeline) -> list[tuple[int, int, int]]:

@@ -40,14 +40,16 @@ __all__ = ["Counters", "Lifecycle", "Table", "dependent_id", "fanout"]
 
 
 class Counters:
-    """What the core dropped or failed instead of forwarding (the 'late events' report)."""
+    """What the core dropped or failed instead of forwarding (the 'late events' report), and how often an
+    effect reached requests outside the acting one's family (``fanned_out_across``: the explorer reads it)."""
 
-    __slots__ = ("dropped_stale", "dropped_unknown", "failed_illegal")
+    __slots__ = ("dropped_stale", "dropped_unknown", "failed_illegal", "fanned_out_across")
 
     def __init__(self) -> None:
         self.dropped_stale = 0
         self.dropped_unknown = 0
         self.failed_illegal = 0
+        self.fanned_out_across = 0
 
     def as_dict(self) -> dict[str, int]:
         """Return the counters by name."""
@@ -135,6 +137,10 @@ class Lifecycle:
         if self.reserved:
             for k in range(rec.fanout):
                 self.reserved.pop(dependent_id(rid, k), None)
+
+    def crossed(self) -> None:
+        """Count one effect that reached requests outside the acting request's family."""
+        self.counters.fanned_out_across += 1
 
     def drain(self, out: Out) -> None:
         """Handle every queued internal event now, appending their observations to ``out``."""

@@ -41,9 +41,10 @@ _REQUEST_FAILURES = (ev.StageFailed, ev.ReplicaLost, ev.StageAborted)
 def judge_step(j: Judge, event: ev.Event, outputs: Sequence[ob.Observation], dropped: bool,
                terminal_rids: list[int], rejected: bool) -> None:
     """Judge a whole step: the rule its input event calls for, then the rules about the end of every step."""
-    if isinstance(event, ev.StageEvent) and not dropped and (rejected or isinstance(event, _REQUEST_FAILURES)):
-        failure.after_request_failure(j, event.rid, terminal_rids)
-    elif isinstance(event, ev.RpcFailed):
+    if isinstance(event, ev.RequestEvent) and not dropped and terminal_rids:  # an event about one request ends
+        failed = rejected or isinstance(event, _REQUEST_FAILURES)   # only requests of its family
+        failure.after_request_event(j, event.rid, terminal_rids, "a failure" if failed else type(event).__name__)
+    if isinstance(event, ev.RpcFailed):
         failure.after_rpc_failed(j, event, outputs, dropped, terminal_rids)
     elif isinstance(event, ev.RpcDone) and not dropped:
         lifecycle.after_rpc_done(j, event, outputs)

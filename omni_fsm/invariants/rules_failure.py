@@ -52,9 +52,11 @@ def before_terminal(j: Judge, o: ob.Emitted, view: View, kind: StageKind | None)
         j.fail(LAST_FINAL_TERMINAL, o.rid, "an abort message that is not the terminal")
 
 
-def finished_terminal(j: Judge, o: ob.Emitted) -> None:
-    """Judge a terminal: one that finished comes from the last stage (unless the prompt was ignored)."""
-    ignored_prompt = o.reason == "length" and o.cumulative == 0  # nothing generated: ends where it is
+def finished_terminal(j: Judge, o: ob.Emitted, view: View) -> None:
+    """Judge a terminal: one that finished comes from the last stage, unless the stage it ends at reported the
+    prompt ignored (the history shows it: a ``StageFinished`` with ``stop=IGNORED`` there, for the request or,
+    for an ``n>1`` parent, its samples). A ``length`` finish with no tokens is no such report: it goes on."""
+    ignored_prompt = view.ignored_at == o.stage
     if o.outcome is Outcome.FINISHED and o.stage != len(j.kinds) - 1 and not ignored_prompt:
         j.fail(LAST_FINAL_TERMINAL, o.rid, f"finished at stage {o.stage}, not at the last final-output stage")
 
@@ -123,7 +125,8 @@ def on_released(j: Judge, o: ob.Released) -> None:
     if view is None:
         return
     cache_freed(j, o.rid, view)
-    finished_companion = view.finished_at == 0
+    # done: its stage reported it finished normally and it was not sent on (released where it finished)
+    finished_companion = view.done_at >= 0 and view.done_at == view.stage
     view.settle()
     parent = j.view(view.parent)
     if parent is None:
@@ -140,12 +143,14 @@ def on_released(j: Judge, o: ob.Released) -> None:
 # -- rules about a whole step -------------------------------------------------------------------------
 
 
-def after_request_failure(j: Judge, rid: int, terminal_rids: list[int]) -> None:
-    """Judge a step that failed request ``rid`` (or rejected a report about it): only its family ended."""
+def after_request_event(j: Judge, rid: int, terminal_rids: list[int], what: str) -> None:
+    """Judge a step whose input is about request ``rid`` (``what``: a failure of it, a rejected report about it, or
+    the event's name): the terminals it produced are of ``rid``'s family only (itself, its parent, samples and
+    companions). A failure is request-scoped, and an event about one request is no cause to end another."""
     family = _family(j, rid)
     for ended in terminal_rids:
         if ended not in family:
-            j.fail(REQUEST_SCOPED, ended, f"ended by a failure of request {rid}")
+            j.fail(REQUEST_SCOPED, ended, f"ended by {what} of request {rid}")
 
 
 def _family(j: Judge, rid: int) -> set[int]:

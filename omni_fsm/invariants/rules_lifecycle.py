@@ -43,10 +43,11 @@ from omni_fsm.invariants.rules_shutdown import after_stop
 from omni_fsm.invariants.view import View
 from omni_fsm.spec import events as ev
 from omni_fsm.spec import observations as ob
-from omni_fsm.spec.vocabulary import EngineState, Outcome, Role, StageKind
+from omni_fsm.spec.vocabulary import EngineState, FinishReason, Outcome, Role, StageKind, StopKind
 
-_REASONS = {Outcome.FINISHED: {"stop", "length", "repetition"}, Outcome.ABORTED: {"abort"},
-            Outcome.FAILED: {"error"}, Outcome.FATAL: {"error"}}
+_R = FinishReason
+_REASONS = {Outcome.FINISHED: {_R.STOP, _R.LENGTH, _R.REPETITION}, Outcome.ABORTED: {_R.ABORT},
+            Outcome.FAILED: {_R.ERROR}, Outcome.FATAL: {_R.ERROR}}
 
 # -- a request's life ------------------------------------------------------------------------------
 
@@ -94,6 +95,13 @@ def on_report(j: Judge, event: ev.StageEvent, outputs: Sequence[ob.Observation],
         view.generated += event.tokens
     elif isinstance(event, (ev.StageFinished, ev.StageAborted)) and not rejected:  # the stage ended it itself
         view.finished_at = event.stage
+        if isinstance(event, ev.StageFinished):
+            view.done_at = event.stage
+            if event.stop is StopKind.IGNORED:  # nothing generated: the request ends where it is
+                view.ignored_at = event.stage
+                parent = j.view(view.parent) if view.role is Role.CHILD else None
+                if parent is not None:  # a sample's prompt is its parent's: the parent ends there too
+                    parent.ignored_at = event.stage
     elif isinstance(event, ev.AbortDone):
         view.abort_ok = True
     elif isinstance(event, ev.AbortFailed):
@@ -139,7 +147,7 @@ def _judge_terminal(j: Judge, o: ob.Emitted, view: View, kind: StageKind | None)
         j.fail(FINISH_REASON, o.rid, f"terminal with outcome {o.outcome} and finish reason {o.reason!r}")
     if view.open_children:
         j.fail(PARENT_AFTER_CHILDREN, o.rid, f"parent ended with {view.open_children} children still open")
-    finished_terminal(j, o)
+    finished_terminal(j, o, view)
     if view.while_sleeping and (o.outcome is not Outcome.FAILED or view.stage >= 0):
         j.fail(ADMISSION, o.rid, "submitted while sleeping but not refused with error")
     aborted_terminal(j, o, view, kind)

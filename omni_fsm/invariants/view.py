@@ -23,6 +23,8 @@ class View:
     stage: int = -1  #: last stage dispatched to
     forwarded_to: int = -1  #: a forward was just made to this stage
     finished_at: int = -1  #: the runtime reported the request finished at this stage
+    done_at: int = -1  #: ... and finished normally (a ``StageFinished``: stop, length, repetition, prompt ignored)
+    ignored_at: int = -1  #: its prompt was ignored at this stage (it, or for a parent one of its samples)
     generated: int = 0  #: tokens the runtime reported at the current stage
     status: str = up.WAITING  #: AR status at the current stage
     last_emit_stage: int = -1
@@ -39,7 +41,8 @@ class View:
     def snapshot(self) -> tuple[Any, ...]:
         """Return the view as a hashable tuple, in ``VIEW_FIELDS`` order."""
         return (self.role, self.parent, self.children, self.open_children, self.companions,
-                self.companions_done, self.stage, self.forwarded_to, self.finished_at, self.generated,
+                self.companions_done, self.stage, self.forwarded_to, self.finished_at, self.done_at, self.ignored_at,
+                self.generated,
                 self.status, self.last_emit_stage, self.sample_stages, self.terminals, self.abort_requested,
                 self.abort_sent, self.abort_ok, self.committed, self.slot, self.released, self.while_sleeping)
 

@@ -8,10 +8,10 @@ appends newly issued IDs (and deferred -> checked promotions) to ``specs/ids.loc
 rewrites a line of it.
 
 The values and their loading live in ``model`` (its TOML lines in ``toml_lines``), the
-cross-checks in ``checks``, the lock in ``lock``, the tests' ``covers`` marks in ``covers`` and
-the generated ``docs/traceability.md`` in ``traceability``; this module is their public face and
-``validate``. The command that runs them (``omni-fsm registry [--update-lock]``) is
-``omni_fsm.cli.registry``.
+cross-checks in ``checks``, the lock in ``lock``, the facts each checked rule judges
+(``specs/facts.toml``) in ``facts``, the tests' ``covers`` marks in ``covers`` and the generated
+``docs/traceability.md`` in ``traceability``; this module is their public face and ``validate``.
+The command that runs them (``omni-fsm registry [--update-lock]``) is ``omni_fsm.cli.registry``.
 """
 
 from __future__ import annotations
@@ -28,6 +28,15 @@ from omni_fsm.registry.checks import (
     rule_text_problems,
     safe_change_topics_covered,
     uncovered_rules,
+)
+from omni_fsm.registry.facts import (
+    FACTS_FILE,
+    Carrier,
+    Facts,
+    RuleFacts,
+    load_facts,
+    observable_fields,
+    observed_by_problems,
 )
 from omni_fsm.registry.lock import PROMOTIONS, UPDATE_LOCK, Issued, lock_problems, read_lock, rule_digest, update_lock
 from omni_fsm.registry.model import (
@@ -47,15 +56,21 @@ from omni_fsm.registry.model import (
     load_registry,
 )
 
-__all__ = ["CONTRACTS_DIR", "DERIVED", "KINDS", "LOCK_FILE", "PROMOTIONS", "REGISTRY_CHECKS", "REGISTRY_FILE",
-           "ROLES", "UPDATE_LOCK", "Contract", "Invariant", "Issued", "Item", "Range", "Registry", "RegistryCheck",
-           "Source", "check_problems", "find_root", "ids_outside_ranges", "load_contract", "load_registry",
-           "lock_problems", "normalize", "read_lock", "rule_digest", "rule_text_problems",
+__all__ = ["CONTRACTS_DIR", "DERIVED", "FACTS_FILE", "KINDS", "LOCK_FILE", "PROMOTIONS", "REGISTRY_CHECKS",
+           "REGISTRY_FILE", "ROLES", "UPDATE_LOCK", "Carrier", "Contract", "Facts", "Invariant", "Issued", "Item",
+           "Range", "Registry", "RegistryCheck", "RuleFacts", "Source", "check_problems", "find_root",
+           "ids_outside_ranges", "load_contract", "load_facts", "load_registry", "lock_problems", "normalize",
+           "observable_fields", "observed_by_problems", "read_lock", "rule_digest", "rule_text_problems",
            "safe_change_topics_covered", "uncovered_rules", "update_lock", "validate"]  # fmt: skip
 
 
 def validate(reg: Registry, tested: Collection[str]) -> list[str]:
-    """Return every cross-check problem of the registry (``tested``: the IDs that have tests)."""
+    """Return every cross-check problem of the registry (``tested``: the IDs that have tests).
+
+    Raises ``MalformedInput`` for a malformed ``specs/ids.lock`` or ``specs/facts.toml`` (a checked
+    rule without its facts included).
+    """
+    load_facts(reg)
     checks: tuple[list[str], ...] = (
         ids_outside_ranges(reg), rule_text_problems(reg), uncovered_rules(reg), check_problems(reg),
         lock_problems(reg, read_lock(reg.root)),

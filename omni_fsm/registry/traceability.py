@@ -1,7 +1,8 @@
 """``docs/traceability.md``, generated: per namespace, invariant -> rule -> kind -> checks -> tests.
 
 The invariants come from ``specs/`` (``omni_fsm.registry``), the tests from their ``covers`` marks
-(``omni_fsm.registry.covers``, re-exported here: ``CoverMark``, ``discover_tests``). ``generate(root)``
+(``omni_fsm.registry.covers``, re-exported here: ``CoverMark``, ``discover_tests``), the facts each
+checked rule judges from ``specs/facts.toml`` (``omni_fsm.registry.facts``). ``generate(root)``
 returns the document; the ``omni-fsm traceability`` command that prints or checks it is
 ``omni_fsm.cli.traceability``.
 """
@@ -13,6 +14,7 @@ from pathlib import Path
 
 from omni_fsm.invariants import CHECKS, DIFFERENTIAL_CHECKS
 from omni_fsm.registry.covers import CoverMark, discover_tests
+from omni_fsm.registry.facts import Facts, RuleFacts, load_facts
 from omni_fsm.registry.model import KINDS, Invariant, Registry, load_registry
 
 DOC_FILE = "docs/traceability.md"
@@ -47,8 +49,42 @@ def _tests_cell(marks: Sequence[CoverMark]) -> str:
     return "<br>".join([head, *(f"`{_cell(m.nodeid)}`" + (" ✗" if m.negative else "") for m in ordered)])
 
 
-def render(reg: Registry, tests: Mapping[str, Sequence[CoverMark]]) -> str:
-    """Return the traceability document for ``reg`` and the discovered ``tests``."""
+def _facts_rows(rule: RuleFacts) -> str:
+    moment = rule.moment + (f"<br>at the end marker: {_cell(rule.only_at_end)}" if rule.only_at_end else "")
+    relations = "<br>".join(f"• {_cell(r)}" for r in rule.relations)
+    carriers = ", ".join(f"`{c}`" for c in rule.observed_by) or "— (specs/ and the tests)"
+    left_out = [f"**missing:** {_cell(m)}" for m in rule.missing]
+    left_out += [f"**gap:** {_cell(rule.gap)}"] if rule.gap else []
+    return (f"| {rule.id} | {', '.join(rule.identities)} | {moment} | {relations} | {carriers} | "
+            f"{'<br>'.join(left_out) or '—'} |")
+
+
+def _render_facts(reg: Registry, facts: Facts) -> list[str]:
+    out = ["", "## Facts each rule judges", "",
+           f"From `{facts.path}`: per checked rule, the identities its judgement needs, the moment a violation",
+           "becomes provable (so that a live `omni-fsm check --allow-incomplete` can flag it then), the relations",
+           "between observations it judges, and the event and observation fields that carry them. **missing**: a",
+           "fact the rule needs that no field carries today; **gap**: where the check judges less than the rule says.",
+           "", "| identity | meaning |", "| --- | --- |"]
+    out += [f"| {name} | {_cell(meaning)} |" for name, meaning in facts.identities]
+    out += ["", "| moment | when |", "| --- | --- |"]
+    out += [f"| {name} | {_cell(meaning)} |" for name, meaning in facts.moments]
+    gaps = [rule.id for rule in facts.rules if rule.gap]
+    missing = [rule.id for rule in facts.rules if rule.missing]
+    out += ["", f"Checks that judge less than their rule ({len(gaps)}): {', '.join(gaps) or 'none'}.",
+            f"Rules that need facts no field carries ({len(missing)}): {', '.join(missing) or 'none'}."]
+    for contract in reg.contracts:
+        ids = [inv.id for inv in sorted(reg.invariants, key=lambda i: i.number)
+               if inv.namespace == contract.namespace and inv.kind == "checked"]
+        out += ["", f"### {contract.namespace}", "",
+                "| ID | identities | moment | relations | observed by | missing / gap |",
+                "| --- | --- | --- | --- | --- | --- |"]
+        out += [_facts_rows(rule) for rule in (facts.get(i) for i in ids) if rule is not None]
+    return out
+
+
+def render(reg: Registry, tests: Mapping[str, Sequence[CoverMark]], facts: Facts) -> str:
+    """Return the traceability document for ``reg``, the discovered ``tests`` and the rules' ``facts``."""
     out = [
         "# Invariant traceability",
         "",
@@ -60,7 +96,8 @@ def render(reg: Registry, tests: Mapping[str, Sequence[CoverMark]]) -> str:
         "over two runs of `omni_fsm.invariants.DIFFERENTIAL_CHECKS`, or registry checks of",
         "`omni_fsm.registry`), **deferred** (what will check it is named), **process** (a human act",
         "no program can check). Tests are the ones marked `@pytest.mark.covers(ID)`; ✗ marks a",
-        "negative test: a named fault that makes exactly that invariant fail.",
+        "negative test: a named fault that makes exactly that invariant fail. The facts each checked rule",
+        "judges (`specs/facts.toml`) follow the per-namespace tables.",
         "",
         "| namespace | contract | " + " | ".join(KINDS) + " | total |",
         "| --- | --- | " + " | ".join("---:" for _ in KINDS) + " | ---: |",
@@ -78,6 +115,7 @@ def render(reg: Registry, tests: Mapping[str, Sequence[CoverMark]]) -> str:
             title = _cell(inv.title) + (f" ({', '.join(inv.bugs)})" if inv.bugs else "")
             covering = _tests_cell(tests.get(inv.id, ())) if inv.kind == "checked" else "—"
             out.append(f"| {inv.id} | {title} | {source} | {inv.kind} | {_checks_cell(inv)} | {covering} |")
+    out += _render_facts(reg, facts)
     out += ["", "## Contract rules", "", "Each rule of each contract, and the entries that state or refine it.", "",
             "| contract | section | rule | invariants |", "| --- | --- | --- | --- |"]
     for contract in reg.contracts:
@@ -89,7 +127,8 @@ def render(reg: Registry, tests: Mapping[str, Sequence[CoverMark]]) -> str:
 
 def generate(root: Path) -> str:
     """Return the traceability document of the checkout at ``root``."""
-    return render(load_registry(root), discover_tests(root))
+    reg = load_registry(root)
+    return render(reg, discover_tests(root), load_facts(reg))
 
 
 __all__ = ["DOC_FILE", "REGENERATE", "CoverMark", "discover_tests", "generate", "render"]

@@ -23,8 +23,10 @@ from omni_fsm.spec import observations as ob
 from omni_fsm.spec.guards import fold_outcome
 from omni_fsm.spec.record import Engine, Record, dependent_id
 from omni_fsm.spec.vocabulary import (
+    LIVE,
     STOP_REASON,
     TERMINAL_OUTCOME,
+    FinishReason,
     IdentityHashedEnum,
     Outcome,
     ReqState,
@@ -90,6 +92,9 @@ class Context(Protocol):
     def drain(self, out: Out) -> None:
         """Handle every queued internal event now, appending their observations to ``out``."""
 
+    def crossed(self) -> None:
+        """Count one effect that reached requests outside the acting request's family (``CROSSING``)."""
+
 
 Fx = Callable[[Context, Record, Any, ReqState, Out], None]
 EngineFx = Callable[[Context, Any, Out], None]
@@ -107,6 +112,10 @@ class Reach(IdentityHashedEnum):
     HELD = "every request held (PENDING) while the engine was paused, in id order"
 
 
+#: The reaches that go beyond a request's own family (itself, its samples or companions, its parent): every
+#: effect with one of them is counted as it runs (``Context.crossed``), so that whoever computes one family's
+#: steps alone (the explorer's reduction) knows when that was not enough.
+CROSSING: frozenset[Reach] = frozenset({Reach.EVERY_OPEN, Reach.HELD})
 #: The order ``EVERY_OPEN`` reaches requests in, by role (then by id).
 FAN_OUT_ORDER: tuple[Role, ...] = (Role.CHILD, Role.CLIENT, Role.COMPANION)
 _RANK = {role: i for i, role in enumerate(FAN_OUT_ORDER)}
@@ -136,20 +145,29 @@ FAN_OUT: Mapping[Effect, FanOut] = {
 
 def reached(ctx: Context, rec: Record | None, reach: Reach) -> list[int]:
     """Return the ids ``reach`` reaches, in order (``rec``: the request whose effect it is, if any)."""
+    records = ctx.records
     if reach is Reach.DEPENDENTS:
         if rec is None or not rec.fanout:  # most requests own no dependents
             return []
-        return [d for d in (dependent_id(rec.rid, k) for k in range(rec.fanout)) if d in ctx.records]
+        dependents = (records.get(dependent_id(rec.rid, k)) for k in range(rec.fanout))
+        return [d.rid for d in dependents if d is not None and d.state in LIVE]  # open: one that ended is not
     if reach is Reach.HELD:
-        return [rid for rid, r in sorted(ctx.records.items()) if r.state is HELD_STATE]
-    return [rid for rid, _ in sorted(ctx.records.items(), key=lambda kv: (_RANK[kv[1].role], kv[0]))]
+        return [rid for rid, r in sorted(records.items()) if r.state is HELD_STATE]
+    # every *other* open request (the request whose row it is has moved already; one that ended is not open)
+    own = -1 if rec is None else rec.rid
+    return [rid for rid, r in sorted(records.items(), key=lambda kv: (_RANK[kv[1].role], kv[0]))
+            if rid != own and r.state in LIVE]  # fmt: skip
 
 
 def fan_out_effect(fan_out: FanOut) -> Fx:
     """Return the request effect that sends ``fan_out.event`` to every request it reaches."""
     make, reach = fan_out.event, fan_out.reach
 
+    crossing = reach in CROSSING
+
     def effect(ctx: Context, rec: Record, event: Any, source: ReqState, out: Out) -> None:
+        if crossing:
+            ctx.crossed()
         for rid in reached(ctx, rec, reach):
             ctx.enqueue(make(rid))
         if reach is Reach.EVERY_OPEN:
@@ -162,7 +180,11 @@ def fan_out_engine_effect(fan_out: FanOut) -> EngineFx:
     """Return the engine effect that sends ``fan_out.event`` to every request it reaches."""
     make, reach = fan_out.event, fan_out.reach
 
+    crossing = reach in CROSSING
+
     def effect(ctx: Context, event: Any, out: Out) -> None:
+        if crossing:
+            ctx.crossed()
         for rid in reached(ctx, None, reach):
             ctx.enqueue(make(rid))
         if reach is Reach.EVERY_OPEN:
@@ -173,9 +195,9 @@ def fan_out_engine_effect(fan_out: FanOut) -> EngineFx:
 
 # -- request effects ------------------------------------------------------------------------------
 
-#: the finish reasons as text, looked up once (an Enum's ``.value`` is a slow property)
-_STOP_TEXT = {stop: reason.value for stop, reason in STOP_REASON.items()}
-_TERMINAL_TEXT = {state: (outcome, reason.value) for state, (outcome, reason) in TERMINAL_OUTCOME.items()}
+#: the finish reason of each stop kind, and the (outcome, finish reason) of each terminal state
+_STOP_TEXT = STOP_REASON
+_TERMINAL_TEXT = TERMINAL_OUTCOME
 #: the stage a request spawned in each role ends at: a companion at stage 0 (it conditions the parent's first
 #: stage), a sample where its parent ends
 _COMPANION_LAST_STAGE = 0
@@ -222,7 +244,7 @@ def _emit_partial(ctx: Context, rec: Record, event: Any, source: ReqState, out: 
 def _emit_stage_final(ctx: Context, rec: Record, event: Any, source: ReqState, out: Out) -> None:
     client, sample = client_of(rec)
     stop = getattr(event, "stop", None)  # a stage's finish says how; a companion's gate opening is a plain stop
-    reason = "stop" if stop is None else _STOP_TEXT[stop]
+    reason = FinishReason.STOP if stop is None else _STOP_TEXT[stop]
     out.append(ob.Emitted(client, rec.stage, 0, rec.tokens, stage_final=True, reason=reason, sample=sample))
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import attrs
 
-from omni_fsm.spec.vocabulary import ControlMethod, EngineState, Outcome, Role
+from omni_fsm.spec.vocabulary import ControlMethod, EngineState, FinishReason, Outcome, Role
 
 
 @attrs.frozen
@@ -62,7 +62,7 @@ class Emitted(Observation):
     finished: bool = False
     stage_final: bool = False
     outcome: Outcome | None = None
-    reason: str | None = None
+    reason: FinishReason | None = None
     sample: int = -1
 
 

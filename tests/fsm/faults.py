@@ -114,3 +114,15 @@ def b13_empty_terminal_skipped(monkeypatch: pytest.MonkeyPatch) -> None:
             real(lc, rec, event, source, out)
 
     monkeypatch.setitem(core._EFFECTS, Effect.EMIT_TERMINAL, skip_empty)
+
+
+def cross_failure() -> Spec:
+    """Not a historic bug: a request's stage failure also fails every other open request (the request's
+    failure rows gain the engine-wide fan-out ``FAIL_ALL_OPEN``): ORCH-INV-206, seen only when the explorer
+    computes a step on every request, not on its family alone."""
+    return edit_rows(lambda r: r.event is ev.StageFailed,
+                     lambda r: [attrs.evolve(r, effects=(*r.effects, Effect.FAIL_ALL_OPEN))])
+
+
+#: ``cross_failure()`` as a module attribute, for ``omni-fsm explore --spec tests.fsm.faults:CROSS_FAILURE``.
+CROSS_FAILURE = cross_failure()

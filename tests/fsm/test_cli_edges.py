@@ -48,6 +48,11 @@ def wait_until(condition: object, what: str, seconds: float = 20.0) -> None:
         time.sleep(0.02)
 
 
+def ctrl_c_default() -> None:
+    """Give the child the default Ctrl-C: a background job ('&', nohup) would hand it on ignored."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def finish(proc: subprocess.Popen[str]) -> tuple[int, str, str]:
     out, err = proc.communicate(timeout=30)
     return proc.returncode, out, err
@@ -66,7 +71,7 @@ def fifo(tmp_path: Path) -> Iterator[Path]:
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_check_interrupted_says_one_line_and_exits_130(fifo: Path, signum: signal.Signals) -> None:
     proc = subprocess.Popen([*OMNI_FSM, "check", str(fifo)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)  # fmt: skip
+                            text=True, preexec_fn=ctrl_c_default)  # fmt: skip
     with open(fifo, "w") as feed:  # returns once the checker has opened the trace: it is running
         feed.write(HEADER)
         feed.flush()
@@ -80,11 +85,13 @@ def test_explore_interrupted_says_one_line_exits_130_and_writes_nothing(tmp_path
                                                                        signum: signal.Signals) -> None:
     out = tmp_path / "out"
     proc = subprocess.Popen([*OMNI_FSM, "explore", "--out", str(out)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)  # the default bound: about 10 s
+                            stderr=subprocess.PIPE, text=True, preexec_fn=ctrl_c_default)  # the default bound: ~10 s
     wait_until(out.is_dir, "--out to be created (the search starts right after)")
     time.sleep(0.3)
     proc.send_signal(signum)
-    assert finish(proc) == (130, "", "omni-fsm explore: interrupted\n")
+    code, stdout, stderr = finish(proc)
+    assert (code, stdout, stderr.splitlines()[-1]) == (130, "", "omni-fsm explore: interrupted")
+    assert all(line.startswith(("estimate: ", "exploring: ")) for line in stderr.splitlines()[:-1]), stderr
     assert list(out.iterdir()) == []
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import attrs
 import pytest
 
-from omni_fsm import ControlMethod, EngineState, Lifecycle, Outcome, StageKind, StopKind
+from omni_fsm import ControlMethod, EngineState, FinishReason, Lifecycle, Outcome, StageKind, StopKind
 from omni_fsm import events as ev
 from omni_fsm import observations as ob
 from omni_fsm.invariants import check_history
@@ -24,6 +24,7 @@ from omni_fsm.registry.traceability import discover_tests
 
 ROOT = Path(__file__).resolve().parents[2]
 AR, DIFF = StageKind.AR, StageKind.DIFFUSION
+R = FinishReason
 Step = tuple[ev.Event | None, list[ob.Observation]]
 
 
@@ -150,7 +151,7 @@ def zombie_rescheduled_after_abort() -> Fault:  # B6: the freed request is put b
 
 def second_terminal_after_abort() -> Fault:
     base = abort_one_ar()
-    again = ob.Emitted(1, 0, 0, 2, finished=True, outcome=Outcome.ABORTED, reason="abort")
+    again = ob.Emitted(1, 0, 0, 2, finished=True, outcome=Outcome.ABORTED, reason=R.ABORT)
     return base, base.then(None, [again])
 
 
@@ -192,7 +193,7 @@ def child_message_addressed_to_child() -> Fault:
 def companion_visible_to_client() -> Fault:
     base = with_companion()
     i = base.at(ev.StageFinished(2, 0))
-    return base, base.with_step(i, outputs=[*base.outputs(i), ob.Emitted(2, 0, 0, 0, stage_final=True, reason="stop")])
+    return base, base.with_step(i, outputs=[*base.outputs(i), ob.Emitted(2, 0, 0, 0, stage_final=True, reason=R.STOP)])
 
 
 def parent_ends_before_last_child() -> Fault:  # B1: children finishing apart merged wrongly
@@ -312,6 +313,16 @@ def lost_companion_leaves_parent_running() -> Fault:
     return base, base.without(i, about(1)).upto(i)
 
 
+def companion_sent_on_is_not_done() -> Fault:
+    """A companion that finished at stage 0 but was sent on to stage 1 is not done: it is lost when it fails there,
+    and its parent must fail (the monitor judges "done" from the history, not from which stage companions end at)."""
+    base = with_companion()
+    running = attrs.evolve(base, steps=base.steps[: base.at(ev.Scheduled(2, 0)) + 1])
+    sent_on = [ob.SlotFreed(2, 0), ob.Forwarded(2, 0, 1), ob.Dispatched(2, 1)]
+    faulty = running.then(ev.StageFinished(2, 0), sent_on).then(ev.StageFailed(2, 1), [ob.Released(2)])
+    return base, faulty.upto(len(faulty.steps) - 1)
+
+
 def parent_abort_misses_companion() -> Fault:
     base = run(AR_THEN_DIFF, ev.Submit(1, companions=1), ev.Scheduled(1, 0), ev.Scheduled(2, 0), ev.Abort(1),
                ev.AbortDone(1, 0), ev.AbortDone(2, 0))  # fmt: skip
@@ -325,7 +336,7 @@ def rpc_failure_kills_requests() -> Fault:  # B11
                ev.StageFinished(1, 0))  # fmt: skip
     i = base.at(ev.RpcFailed(1, "boom"))
     dead = [ob.RpcAnswered(1, pause, False, "boom"), ob.EngineChanged(EngineState.DEAD), ob.SlotFreed(1, 0),
-            ob.Emitted(1, 0, 0, 0, finished=True, outcome=Outcome.FATAL, reason="error"), ob.Released(1)]  # fmt: skip
+            ob.Emitted(1, 0, 0, 0, finished=True, outcome=Outcome.FATAL, reason=R.ERROR), ob.Released(1)]  # fmt: skip
     return base, base.with_step(i, outputs=dead).upto(i)
 
 
@@ -339,11 +350,11 @@ def rpc_error_without_exception() -> Fault:
     return base, base.with_step(1, outputs=[ob.RpcAnswered(1, ControlMethod.RESUME_SCHEDULER, False, None)])
 
 
-def _neighbour_ended_by(failure: ev.StageEvent) -> Fault:
+def _neighbour_ended_by(failure: ev.StageEvent, *rest: ev.Event) -> Fault:
     base = run(ONE_AR, ev.Submit(1), ev.Submit(5), ev.Scheduled(1, 0), ev.Scheduled(5, 0), failure,
-               ev.StageFinished(5, 0))  # fmt: skip
+               ev.StageFinished(5, 0), *rest)  # fmt: skip
     i = base.at(failure)
-    neighbour = [ob.SlotFreed(5, 0), ob.Emitted(5, 0, 0, 0, finished=True, outcome=Outcome.FAILED, reason="error"),
+    neighbour = [ob.SlotFreed(5, 0), ob.Emitted(5, 0, 0, 0, finished=True, outcome=Outcome.FAILED, reason=R.ERROR),
                  ob.Released(5)]  # fmt: skip
     return base, base.with_step(i, outputs=[*base.outputs(i), *neighbour]).upto(i)
 
@@ -356,11 +367,27 @@ def replica_loss_ends_neighbour() -> Fault:
     return _neighbour_ended_by(ev.ReplicaLost(1, 0))
 
 
+def output_of_one_request_ends_another() -> Fault:
+    """Not a failure at all: request 1's output step also ends request 5 (a cleanup keyed wrongly)."""
+    return _neighbour_ended_by(ev.StageOutput(1, 0, 1), ev.StageFinished(1, 0))
+
+
+def length_cap_with_no_tokens_ends_early() -> Fault:
+    """A ``length`` finish with no tokens is not an ignored prompt: a request capped at stage 0 of 2 goes on, and a
+    core that ends it there as finished breaks the rule (only a stage that reports the prompt ignored ends it)."""
+    base = run(AR_THEN_DIFF, ev.Submit(1), ev.Scheduled(1, 0), ev.StageFinished(1, 0, StopKind.LENGTH),
+               ev.Scheduled(1, 1), ev.StageFinished(1, 1))  # fmt: skip
+    i = base.at(ev.StageFinished(1, 0, StopKind.LENGTH))
+    ended = [ob.SlotFreed(1, 0), ob.Emitted(1, 0, 0, 0, finished=True, outcome=Outcome.FINISHED, reason=R.LENGTH),
+             ob.Released(1)]
+    return base, base.with_step(i, outputs=ended).upto(i)
+
+
 def ends_at_earlier_final_stage() -> Fault:
     base = run(TWO_FINAL, ev.Submit(1), ev.Scheduled(1, 0), ev.StageOutput(1, 0, 2), ev.StageFinished(1, 0),
                ev.Scheduled(1, 1), ev.StageFinished(1, 1))  # fmt: skip
     i = base.at(ev.StageFinished(1, 0))
-    ended = [ob.SlotFreed(1, 0), ob.Emitted(1, 0, 0, 2, finished=True, outcome=Outcome.FINISHED, reason="stop"),
+    ended = [ob.SlotFreed(1, 0), ob.Emitted(1, 0, 0, 2, finished=True, outcome=Outcome.FINISHED, reason=R.STOP),
              ob.Released(1)]  # fmt: skip
     return base, base.with_step(i, outputs=ended).upto(i)
 
@@ -369,7 +396,7 @@ def abort_message_per_final_stage() -> Fault:
     base = run(TWO_FINAL, ev.Submit(1), ev.Scheduled(1, 0), ev.StageOutput(1, 0, 2), ev.StageFinished(1, 0),
                ev.Scheduled(1, 1), ev.StageOutput(1, 1), ev.Abort(1), ev.AbortDone(1, 1))  # fmt: skip
     i = base.at(ev.AbortDone(1, 1))
-    extra = ob.Emitted(1, 1, 0, 1, stage_final=True, outcome=Outcome.ABORTED, reason="abort")
+    extra = ob.Emitted(1, 1, 0, 1, stage_final=True, outcome=Outcome.ABORTED, reason=R.ABORT)
     outputs = base.outputs(i)
     end = next(n for n, o in enumerate(outputs) if terminal(o))
     return base, base.with_step(i, outputs=[*outputs[:end], extra, *outputs[end:]])
@@ -406,7 +433,7 @@ def _engine_death() -> History:
 def engine_death_reports_abort() -> Fault:
     base = _engine_death()
     i = base.at(ev.EngineDied())
-    aborted = retouch(base.outputs(i), lambda o: terminal(o, 5), outcome=Outcome.ABORTED, reason="abort")
+    aborted = retouch(base.outputs(i), lambda o: terminal(o, 5), outcome=Outcome.ABORTED, reason=R.ABORT)
     return base, base.with_step(i, outputs=aborted)
 
 
@@ -424,7 +451,7 @@ def shutdown_fails_requests() -> Fault:
     base = _shutdown()
     i = base.at(ev.Shutdown())
     return base, base.with_step(i, outputs=retouch(base.outputs(i), lambda o: terminal(o, 5),
-                                                   outcome=Outcome.FAILED, reason="error"))  # fmt: skip
+                                                   outcome=Outcome.FAILED, reason=R.ERROR))  # fmt: skip
 
 
 def shutdown_misses_request() -> Fault:
@@ -526,6 +553,8 @@ FAULTS = [
                  marks=pytest.mark.covers("ORCH-INV-204")),
     pytest.param(lost_companion_leaves_parent_running, id="lost_companion_leaves_parent_running",
                  marks=pytest.mark.covers("ORCH-INV-204")),
+    pytest.param(companion_sent_on_is_not_done, id="companion_sent_on_is_not_done",
+                 marks=pytest.mark.covers("ORCH-INV-204")),
     pytest.param(parent_abort_misses_companion, id="parent_abort_misses_companion",
                  marks=pytest.mark.covers("ORCH-INV-204")),
     pytest.param(rpc_failure_kills_requests, id="rpc_failure_kills_requests",
@@ -536,9 +565,13 @@ FAULTS = [
                  marks=pytest.mark.covers("ORCH-INV-205")),
     pytest.param(request_failure_ends_neighbour, id="request_failure_ends_neighbour",
                  marks=pytest.mark.covers("ORCH-INV-206")),
+    pytest.param(output_of_one_request_ends_another, id="output_of_one_request_ends_another",
+                 marks=pytest.mark.covers("ORCH-INV-206")),
     pytest.param(replica_loss_ends_neighbour, id="replica_loss_ends_neighbour",
                  marks=pytest.mark.covers("ORCH-INV-206")),
     pytest.param(ends_at_earlier_final_stage, id="ends_at_earlier_final_stage",
+                 marks=pytest.mark.covers("ORCH-INV-207")),
+    pytest.param(length_cap_with_no_tokens_ends_early, id="length_cap_with_no_tokens_ends_early",
                  marks=pytest.mark.covers("ORCH-INV-207")),
     pytest.param(abort_message_per_final_stage, id="abort_message_per_final_stage",
                  marks=pytest.mark.covers("ORCH-INV-207")),

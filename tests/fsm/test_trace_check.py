@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from omni_fsm import Lifecycle, Outcome, StageKind
+from omni_fsm import FinishReason, Lifecycle, Outcome, StageKind
 from omni_fsm import events as ev
 from omni_fsm import observations as ob
 from omni_fsm.cli import main as cli_main
@@ -49,7 +49,7 @@ def test_clean_trace_exits_0_with_a_summary(tmp_path: Path, capsys: pytest.Captu
 
 def test_second_terminal_exits_1_naming_invariant_and_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     steps = one_request_to_the_end()
-    again = ob.Emitted(1, 2, finished=True, outcome=Outcome.FINISHED, reason="stop")
+    again = ob.Emitted(1, 2, finished=True, outcome=Outcome.FINISHED, reason=FinishReason.STOP)
     steps.append((ev.StageFinished(1, 2), [ob.Dropped(1, "StageFinished", "unknown"), again]))
     path = tmp_path / "twice.jsonl"
     write_trace(path, KINDS, FINAL, 2, steps)

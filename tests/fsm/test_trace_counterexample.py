@@ -54,7 +54,7 @@ def test_unreplayable_counterexample_writes_nothing(tmp_path: Path) -> None:
 
 
 def _found(cx: Counterexample) -> Callable[..., Report]:
-    def fake_explore(bound: Bound, **_: object) -> Report:
+    def fake_explore(bound: Bound, *_: object, **__: object) -> Report:
         return Report(1, 1, 0.0, ("ORCH-INV-100",), False, None, (cx,), False)
 
     return fake_explore

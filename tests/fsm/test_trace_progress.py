@@ -18,7 +18,8 @@ from omni_fsm.cli import main as cli_main
 from omni_fsm.cli.explore import ProgressLine
 from omni_fsm.trace import write_trace
 
-PLAIN = re.compile(r"(exploring|checking liveness): [\d,]+ states, [\d,]+ edges, \d+ s")
+PLAIN = re.compile(r"(exploring|checking liveness): [\d,]+ states \([\d,]+/s\), [\d,]+ edges, \d+ s, [\d,]+ MiB")
+MIB_47 = 47 * 2**20
 
 
 class Terminal(io.StringIO):
@@ -38,22 +39,23 @@ class Clock:
 
 def test_plain_lines_off_a_terminal_once_every_interval() -> None:
     stream, clock = io.StringIO(), Clock()
-    with ProgressLine(stream, every=5.0, clock=clock) as progress:
+    with ProgressLine(stream, every=5.0, clock=clock, memory=lambda: MIB_47) as progress:
         for t, states in ((1.0, 10), (5.0, 1234), (6.0, 1300), (10.0, 2000)):
             clock.now = t
             progress.update(states, states * 2, t)
     lines = stream.getvalue().splitlines()
     assert "\r" not in stream.getvalue() and all(PLAIN.fullmatch(line) for line in lines), lines
-    assert lines == ["exploring: 1,234 states, 2,468 edges, 5 s", "exploring: 2,000 states, 4,000 edges, 10 s"]
+    assert lines == ["exploring: 1,234 states (247/s), 2,468 edges, 5 s, 47 MiB",
+                     "exploring: 2,000 states (200/s), 4,000 edges, 10 s, 47 MiB"]
 
 
 def test_the_line_names_the_liveness_phase_once_the_search_is_over() -> None:
     stream, clock = io.StringIO(), Clock()
-    with ProgressLine(stream, every=1.0, clock=clock) as progress:
+    with ProgressLine(stream, every=1.0, clock=clock, memory=lambda: MIB_47) as progress:
         progress.set_phase("checking liveness")
         clock.now = 2.0
         progress.update(10, 20, 2.0)
-    assert stream.getvalue() == "checking liveness: 10 states, 20 edges, 2 s\n"
+    assert stream.getvalue() == "checking liveness: 10 states (5/s), 20 edges, 2 s, 47 MiB\n"
 
 
 def test_the_explorer_keeps_reporting_through_the_liveness_check() -> None:
@@ -69,12 +71,13 @@ def test_the_explorer_keeps_reporting_through_the_liveness_check() -> None:
 
 def test_one_line_rewritten_in_place_on_a_terminal() -> None:
     stream, clock = Terminal(), Clock()
-    with ProgressLine(stream, every=1.0, clock=clock) as progress:
+    with ProgressLine(stream, every=1.0, clock=clock, memory=lambda: MIB_47) as progress:
         for t in (1.0, 2.0):
             clock.now = t
             progress.update(3, 4, t)
     text = stream.getvalue()
-    assert text == "\rexploring: 3 states, 4 edges, 1 s\rexploring: 3 states, 4 edges, 2 s\n"
+    assert text == ("\rexploring: 3 states (3/s), 4 edges, 1 s, 47 MiB"
+                    "\rexploring: 3 states (2/s), 4 edges, 2 s, 47 MiB\n")
 
 
 def test_no_line_for_a_quick_run() -> None:
@@ -90,8 +93,9 @@ def test_explore_cli_writes_plain_progress_lines_to_a_non_terminal(
     assert cli_main(["explore", "--requests", "2", "--stages", "1"]) == 0
     out, err = capsys.readouterr()
     assert err and "\r" not in err
-    assert all(PLAIN.fullmatch(line) for line in err.splitlines()), err
-    assert out.rstrip().endswith("violations: 0")
+    first, *lines = err.splitlines()
+    assert first.startswith("estimate: about ") and all(PLAIN.fullmatch(line) for line in lines), err
+    assert "\nviolations: 0\n" in out and out.splitlines()[-1].startswith("explore: states=")
 
 
 def test_check_writes_a_progress_line_on_a_long_trace(tmp_path: Path, capsys: pytest.CaptureFixture[str],

@@ -382,3 +382,216 @@ class IgnoresPauseAbort(OneTokenPerStep):
 
     def control(self, call_id, method, level, tags):
         self.rpcs.append(call_id)
+
+
+# -- one faulty runtime per situation of a runtime's life that had none (specs/kit.toml lists them all) ------------
+
+
+def _calm(rpc_fails):
+    """Return the simulator's plain behaviour (no waits, no faults) but for worker errors in RPCs when asked."""
+    return SimConfig(rpc_error=1.0 if rpc_fails else 0.0)
+
+
+class BindRaises(_Wrapper):
+    """start: takes only the sink of the driver it was written for; ``bind`` raises on any other."""
+
+    def bind(self, sink):
+        raise TypeError(f"bind() wants an asyncio.Queue, got {type(sink).__name__}")
+
+
+class EmptyPromptRaises(_Wrapper):
+    """accept: raises on a request it cannot take (an empty prompt) instead of reporting it ``Failed``."""
+
+    def add_request(self, req_id, stage_input):
+        if not stage_input.token_ids and not stage_input.text:
+            raise ValueError(f"request {req_id}: empty prompt")
+        super().add_request(req_id, stage_input)
+
+
+class _Streaming(_Wrapper):
+    """A wrapper that also takes streamed input (``StreamingInput``), forwarded to the simulator."""
+
+    def feed_input(self, req_id, part, last):
+        self.inner.feed_input(req_id, part, last)
+
+
+class FeedByKey(_Streaming):
+    """park (streamed input): finds a session by ``requests[req_id]``, so input fed to a session it no longer holds
+    (aborted, or ended) raises ``KeyError``."""
+
+    def __init__(self, spec, stage, replica, rpc_fails):
+        super().__init__(spec, stage, replica, rpc_fails, _calm(rpc_fails))
+
+    def feed_input(self, req_id, part, last):
+        self.inner.requests[req_id]  # the fault: KeyError for a session it no longer holds
+        super().feed_input(req_id, part, last)
+
+
+class AbortMissesStreamingSession(AbortMissesWait, _Streaming):
+    """park then abort (B5's kin for streamed input): the abort misses a session parked between turns
+    (``AWAIT_STREAMING``) and answers ok; the next part fed wakes it up again."""
+
+    missed = rp.Status.AWAIT_STREAMING
+
+    def __init__(self, spec, stage, replica, rpc_fails):
+        super().__init__(spec, stage, replica, rpc_fails, _calm(rpc_fails))
+
+
+class KeepsFailedRequest(_Wrapper):
+    """fail: reports a request ``Failed`` but leaves it in its scheduler, which reports one more output for it."""
+
+    def __init__(self, spec, stage, replica, rpc_fails):
+        super().__init__(spec, stage, replica, rpc_fails, attrs.evolve(_calm(rpc_fails), stage_fail=1.0))
+
+    def filter(self, report):
+        self.sink(report)
+        if isinstance(report, rp.Failed):
+            self.sink(rp.Output(report.req_id, report.seq + 1, 1, (0,)))
+
+
+class StallsAfterRpcError(_Wrapper):
+    """control: once a worker raised in an RPC (answered truthfully, with the error) its scheduler stops for good:
+    the requests that were running never go on."""
+
+    stalled = False
+
+    def __init__(self, spec, stage, replica, rpc_fails):
+        super().__init__(spec, stage, replica, rpc_fails, _calm(rpc_fails))
+
+    def filter(self, report):
+        if isinstance(report, rp.RpcResult) and not report.ok:
+            self.stalled = True
+        self.sink(report)
+
+    def step(self):
+        if not self.stalled:
+            return self.inner.step()
+        held, self.inner.requests = self.inner.requests, {}
+        self.inner.step()  # RPCs are still answered
+        self.inner.requests = held
+        return False
+
+
+class FailsRequestsOnRpcError(_Wrapper):
+    """control (not caught by the kit): when a worker raises in an RPC it answers the RPC with the error, and also
+    fails every request it holds (``Failed``), though the RPC's failure was not theirs."""
+
+    def __init__(self, spec, stage, replica, rpc_fails):
+        super().__init__(spec, stage, replica, rpc_fails, _calm(rpc_fails))
+
+    def filter(self, report):
+        self.sink(report)
+        if isinstance(report, rp.RpcResult) and not report.ok:
+            for req in list(self.inner.requests.values()):
+                self.inner.report(req, rp.Failed, f"worker error in RPC {report.call_id}")
+                del self.inner.requests[req.req_id]
+
+
+class ControlRaisesWorkerError(_Wrapper):
+    """control: lets a worker's exception out of ``control()`` instead of answering the RPC with it."""
+
+    def __init__(self, spec, stage, replica, rpc_fails):
+        super().__init__(spec, stage, replica, rpc_fails)
+        self.rpc_fails = rpc_fails
+
+    def control(self, call_id, method, level, tags):
+        if self.rpc_fails:
+            raise RuntimeError("WorkerError: injected failure in a worker")
+        super().control(call_id, method, level, tags)
+
+
+class RefusesSleep(_Wrapper):
+    """control: its engine has no sleep mode and answers ``sleep`` with an error, though no worker raised (fine only
+    where the kit is told so: ``refused``)."""
+
+    def control(self, call_id, method, level, tags):
+        if method is ControlMethod.SLEEP:
+            self.sink(rp.RpcResult(call_id, False, "NotImplementedError: sleep mode is not supported"))
+            return
+        super().control(call_id, method, level, tags)
+
+
+class LosesRpcWhileRunning(_Wrapper):
+    """control: a control RPC that arrives while requests run is dropped (never answered)."""
+
+    def control(self, call_id, method, level, tags):
+        if not self.inner.requests:
+            super().control(call_id, method, level, tags)
+
+
+class ResumeIgnored(HonoursPause):
+    """control: pauses as vLLM does, answers ``resume_scheduler`` as done, but stays paused: nothing runs again."""
+
+    def control(self, call_id, method, level, tags):
+        if method is ControlMethod.RESUME_SCHEDULER:
+            self.methods.append(method)
+            self.inner.control(call_id, method, level, tags)
+            return
+        super().control(call_id, method, level, tags)
+
+
+class DeathAtShutdown(_Wrapper):
+    """after-shutdown: reports its own death once it is shut down (as a process runtime whose child exits)."""
+
+    def shutdown(self):
+        self.inner.shutdown()
+        self.sink(rp.ReplicaDied())
+
+
+class ShutdownNotIdempotent(_Wrapper):
+    """shutdown: a second ``shutdown()`` raises."""
+
+    done = False
+
+    def shutdown(self):
+        if self.done:
+            raise RuntimeError("already shut down")
+        self.done = True
+        self.inner.shutdown()
+
+
+class FlushesOpenRequestsAtShutdown(_Wrapper):
+    """shutdown with requests open (not caught by the kit): ``shutdown()`` reports each request it still holds
+    ``Failed`` ("shut down"): a report after shutdown."""
+
+    def __init__(self, spec, stage, replica, rpc_fails):
+        super().__init__(spec, stage, replica, rpc_fails, _calm(rpc_fails))
+
+    def shutdown(self):
+        for req in list(self.inner.requests.values()):
+            self.inner.report(req, rp.Failed, "shut down")
+        self.inner.shutdown()
+
+
+class AnswersAbortsAtShutdown(_Wrapper):
+    """shutdown mid-abort (not caught by the kit): an abort is carried out at the next step; ``shutdown()`` carries
+    out those still owed, answering them after shutdown."""
+
+    def __init__(self, spec, stage, replica, rpc_fails):
+        super().__init__(spec, stage, replica, rpc_fails, _calm(rpc_fails))
+        self.owed = []
+
+    def abort_requests(self, abort_id, req_ids):
+        self.owed.append((abort_id, list(req_ids)))
+
+    def _carry_out(self):
+        owed, self.owed = self.owed, []
+        for abort_id, req_ids in owed:
+            self.inner.abort_requests(abort_id, req_ids)
+
+    def step(self):
+        self._carry_out()
+        return self.inner.step() or bool(self.owed)
+
+    def shutdown(self):
+        self._carry_out()
+        self.inner.shutdown()
+
+
+class ShutdownRaisesWhilePaused(HonoursPause):
+    """shutdown while paused (not caught by the kit): ``shutdown()`` raises while its scheduler is paused."""
+
+    def shutdown(self):
+        if ControlMethod.PAUSE_SCHEDULER in self.stopped:
+            raise RuntimeError("cannot shut down a paused scheduler")
+        super().shutdown()

@@ -34,7 +34,11 @@ def _ignore_ctrl_c() -> None:  # as a shell does for a job it starts with '&'
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
-@pytest.mark.parametrize(("sig", "started"), [(signal.SIGINT, None), (signal.SIGTERM, None),
+def _default_ctrl_c() -> None:  # set, not inherited: pytest itself may run as a job with Ctrl-C ignored
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+@pytest.mark.parametrize(("sig", "started"), [(signal.SIGINT, _default_ctrl_c), (signal.SIGTERM, _default_ctrl_c),
                                               (signal.SIGTERM, _ignore_ctrl_c)],
                          ids=["ctrl-c", "sigterm", "sigterm-with-ctrl-c-ignored"])  # fmt: skip
 def test_an_interrupted_run_says_so_in_one_line_and_leaves_the_trace_as_it_was(tmp_path: Path, sig: int,
