@@ -56,7 +56,7 @@ def judge_step(j: Judge, event: ev.Event, outputs: Sequence[ob.Observation], dro
                                              for o in outputs):
         failure.after_abort(j, event.rid, outputs)
     elif isinstance(event, ev.AbortDone) and not dropped:
-        failure.after_abort_done(j, event.rid)
+        failure.after_abort_done(j, event.rid, outputs)
     failure.end_of_step(j, outputs, terminal_rids)
 
 

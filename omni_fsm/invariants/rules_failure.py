@@ -26,6 +26,7 @@ from omni_fsm.invariants.checks import (
     FATAL_REACHES_ALL,
     LAST_FINAL_TERMINAL,
     NO_STATE_AFTER_TERMINAL,
+    ONE_TERMINAL,
     PARALLEL_ABORT,
     REQUEST_SCOPED,
     RPC_ERRORS,
@@ -208,11 +209,22 @@ def after_abort(j: Judge, rid: int, outputs: Sequence[ob.Observation]) -> None:
         j.fail(check, dep, f"the abort of parent {rid} did not reach this {dview.role.value}")
 
 
-def after_abort_done(j: Judge, rid: int) -> None:
-    """Judge a step whose physical abort of request ``rid`` succeeded: an aborting request ended."""
+def after_abort_done(j: Judge, rid: int, outputs: Sequence[ob.Observation]) -> None:
+    """Judge a step whose physical abort of request ``rid`` succeeded: an aborting request ended, and a client
+    request that ended in this step got its terminal here, as an abort (provable now, not at the end marker)."""
     view = j.view(rid)
-    if view is not None and not view.released and view.abort_requested:
+    if view is None or (not view.abort_requested and not view.released):
+        return
+    if not view.released:
         j.fail(ABORT_ENDS, rid, "the physical abort succeeded but the request did not end")
+        return
+    if view.role is not Role.CLIENT or not any(isinstance(o, ob.Released) and o.rid == rid for o in outputs):
+        return
+    ends = [o for o in outputs if isinstance(o, ob.Emitted) and o.rid == rid and o.finished]
+    if not ends and view.terminals == 0:  # it had no terminal before this step, and got none in it
+        j.fail(ONE_TERMINAL, rid, "the physical abort succeeded and the request ended without a terminal")
+    elif any(o.outcome is not Outcome.ABORTED for o in ends):
+        j.fail(ABORT_ENDS, rid, f"the physical abort succeeded but the request ended {ends[0].outcome}")
 
 
 def end_of_step(j: Judge, outputs: Sequence[ob.Observation], terminal_rids: list[int]) -> None:

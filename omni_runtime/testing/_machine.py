@@ -45,6 +45,8 @@ _REQ_IDS = st.integers(0, 2**31 - 1)
 _PICKS = st.lists(st.integers(0, 255), min_size=1, max_size=3)
 #: how many of the kit's latest calls a runtime's exception shows (a run of the same call counts once)
 _SHOWN_CALLS = 40
+#: every rule but ``shutdown_now`` drives a running runtime: none is offered once the kit has shut it down
+_RUNNING = precondition(lambda self: not self.stopped)
 
 
 def teardown_steps(spec: StageSpec, requests: int) -> int:
@@ -78,6 +80,14 @@ def make_machine(factory: KitFactory, rpc_fails: bool = False, may_die: bool = F
     ``rpc_fails`` the kit's pause or sleep failed in a worker, so it did not take effect: the kit
     still sends the resume (whose answer must carry its error too) and demands the same progress.
 
+    The kit may also shut the runtime down mid-run (``shutdown_now``, offered while it holds work: a
+    request open, an abort or RPC unanswered, a pause or sleep held), as an engine stopped mid-run
+    does: ``shutdown()`` must not raise (ORCH-INV-300, shutdown_stops_quietly) and nothing may be
+    reported from then on, a flush of what it cut off included (no_report_after_shutdown). The
+    runtime is then stopped: no other rule is offered (``shutdown_now`` stays offered: a repeated
+    ``shutdown()`` must be quiet too), and teardown neither resumes nor steps it nor judges the
+    finishes and answers the shutdown cut off; it only shuts it down once more.
+
     The stream is also judged as the engine would take it (``RawStreamChecker.serves``): a report the
     lifecycle has no row for fails the kit (AR-INV-001). A runtime that raises out of a call fails
     the kit under the rule that call's answer belongs to (``RAISED``), showing the calls that led
@@ -93,6 +103,7 @@ def make_machine(factory: KitFactory, rpc_fails: bool = False, may_die: bool = F
             self.input_open: set[int] = set()  #: streaming-input sessions whose input has not ended
             self.calls: list[list[Any]] = []  #: the kit's calls of the runtime, in order: [what, times in a row]
             self.raised = False  #: a call raised: the runtime is not driven any more
+            self.stopped = False  #: ``shutdown_now`` shut the runtime down: it is not driven any more
 
         def _call(self, name: str, *args: Any, shown: str | None = None, subject: int | None = None) -> Any:
             """Call the runtime's ``name`` (logged as ``shown``); an exception out of it fails the kit under the rule
@@ -134,6 +145,7 @@ def make_machine(factory: KitFactory, rpc_fails: bool = False, may_die: bool = F
             self.checker.serves(spec)
             self._call("bind", self.checker, shown="bind(<the kit's sink>)")
 
+        @_RUNNING
         @rule(req_id=_REQ_IDS, tokens=st.lists(st.integers(0, 99), max_size=4), samples=st.integers(1, 3),
               streaming=st.booleans())
         def add(self, req_id: int, tokens: list[int], samples: int = 1, streaming: bool = False) -> None:
@@ -152,6 +164,7 @@ def make_machine(factory: KitFactory, rpc_fails: bool = False, may_die: bool = F
                 self._call("add_request", req_id, StageInput(tuple(tokens), mm, streaming=streaming), subject=req_id,
                            shown=shown)  # fmt: skip
 
+        @_RUNNING
         @precondition(lambda self: self.input_open)
         @rule(pick=st.integers(0, 255), tokens=st.lists(st.integers(4, 99), max_size=3), last=st.booleans())
         def feed(self, pick: int, tokens: list[int], last: bool) -> None:
@@ -163,6 +176,7 @@ def make_machine(factory: KitFactory, rpc_fails: bool = False, may_die: bool = F
             self._call("feed_input", req_id, StageInput(tuple(tokens)), last, subject=req_id,
                        shown=f"feed_input({req_id}, tokens={tuple(tokens)}, last={last})")  # fmt: skip
 
+        @_RUNNING
         @precondition(lambda self: self.checker.open_requests())
         @rule(picks=_PICKS)
         def abort(self, picks: list[int]) -> None:
@@ -170,12 +184,14 @@ def make_machine(factory: KitFactory, rpc_fails: bool = False, may_die: bool = F
             candidates = self.checker.open_requests()
             self._abort([candidates[p % len(candidates)] for p in picks])
 
+        @_RUNNING
         @precondition(lambda self: self.checker.waiting)
         @rule()
         def abort_waiting(self) -> None:
             """Abort every request whose latest report says it is preempted or waits (for a chunk, a grammar...)."""
             self._abort(sorted(self.checker.waiting))
 
+        @_RUNNING
         @precondition(lambda self: self.checker.accepted and not self.checker.open_requests())
         @rule(picks=_PICKS)
         def abort_late(self, picks: list[int]) -> None:
@@ -189,6 +205,7 @@ def make_machine(factory: KitFactory, rpc_fails: bool = False, may_die: bool = F
             self.checker.aborting(abort_id, batch)
             self._call("abort_requests", abort_id, batch)
 
+        @_RUNNING
         @rule(method=st.sampled_from(list(ControlMethod)), mode=st.sampled_from(_PAUSE_TAGS))
         def control(self, method: ControlMethod, mode: frozenset[str] = frozenset()) -> None:
             """Call a control RPC; a pause in ``mode`` (none: the default, keep; ``abort``: the engine ends every
@@ -205,6 +222,7 @@ def make_machine(factory: KitFactory, rpc_fails: bool = False, may_die: bool = F
             else:
                 self.held.pop(_UNDOES[method], None)
 
+        @_RUNNING
         @rule(steps=st.integers(1, 4))
         def step(self, steps: int) -> None:
             """Run up to ``steps`` steps, stopping at one after which a request waits (so an abort can land there)."""
@@ -213,12 +231,29 @@ def make_machine(factory: KitFactory, rpc_fails: bool = False, may_die: bool = F
                 if self.checker.waiting:
                     break
 
+        @_RUNNING
         @rule(steps=st.integers(1, 4))
         def step_then_abort_waits(self, steps: int) -> None:
             """Run up to ``steps`` steps; once a request reports that it waits, abort it there and then."""
             self.step(steps)
             if self.checker.waiting:
                 self.abort_waiting()
+
+        def holds_work(self) -> bool:
+            """Return whether the runtime holds work the kit asked for: a request open, an abort or RPC not answered,
+            a pause or sleep not undone."""
+            checker = self.checker
+            owed = any(checker.asked_aborts.values()) or set(checker.rpcs) - checker.answered
+            return bool(checker.open_requests() or owed or self.held)
+
+        @precondition(lambda self: self.stopped or self.holds_work())
+        @rule()
+        def shutdown_now(self) -> None:
+            """Shut the runtime down where it stands (an idle one is teardown's): what it holds is cut off, unreported;
+            once stopped, the same call again (``shutdown`` is idempotent)."""
+            self.stopped = True
+            self.checker.shut_down()
+            self._call("shutdown")
 
         @invariant()
         def stream_is_clean(self) -> None:
@@ -227,6 +262,10 @@ def make_machine(factory: KitFactory, rpc_fails: bool = False, may_die: bool = F
 
         def teardown(self) -> None:
             if self.runtime is None or self.raised:
+                return
+            if self.stopped:  # what its shutdown cut off is owed no more: it is only shut down once more
+                self._call("shutdown")
+                self.stream_is_clean()
                 return
             for method in reversed(list(self.held)):
                 self.control(_UNDO[method])

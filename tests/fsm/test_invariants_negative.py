@@ -160,6 +160,15 @@ def terminal_never_reaches_consumer() -> Fault:  # B8
     return base, base.without(base.at(ev.AbortDone(1, 0)), terminal)
 
 
+def abort_done_ends_request_as_finished() -> Fault:
+    """The physical abort succeeded, the request ended in that step, but as finished: a terminal that does not
+    agree with what ended it, provable at that step."""
+    base = abort_one_ar()
+    i = base.at(ev.AbortDone(1, 0))
+    return base, base.with_step(i, outputs=retouch(base.outputs(i), terminal, outcome=Outcome.FINISHED,
+                                                   reason=R.STOP))
+
+
 def earlier_stage_message_after_later_stage() -> Fault:
     base = run(TWO_FINAL, ev.Submit(1), ev.Scheduled(1, 0), ev.StageOutput(1, 0, 2), ev.StageFinished(1, 0),
                ev.Scheduled(1, 1), ev.StageOutput(1, 1), ev.StageFinished(1, 1))  # fmt: skip
@@ -580,6 +589,8 @@ FAULTS = [
     pytest.param(success_keeps_request_state, id="success_keeps_request_state",
                  marks=pytest.mark.covers("ORCH-INV-208")),
     pytest.param(output_after_abort, id="output_after_abort", marks=pytest.mark.covers("ORCH-INV-209")),
+    pytest.param(abort_done_ends_request_as_finished, id="abort_done_ends_request_as_finished",
+                 marks=pytest.mark.covers("ORCH-INV-209")),
     pytest.param(chunk_wait_survives_abort, id="chunk_wait_survives_abort",
                  marks=pytest.mark.covers("ORCH-INV-209")),
     pytest.param(engine_death_reports_abort, id="engine_death_reports_abort",

@@ -551,8 +551,8 @@ class ShutdownNotIdempotent(_Wrapper):
 
 
 class FlushesOpenRequestsAtShutdown(_Wrapper):
-    """shutdown with requests open (not caught by the kit): ``shutdown()`` reports each request it still holds
-    ``Failed`` ("shut down"): a report after shutdown."""
+    """shutdown with requests open: ``shutdown()`` reports each request it still holds ``Failed`` ("shut down"): a
+    report after shutdown."""
 
     def __init__(self, spec, stage, replica, rpc_fails):
         super().__init__(spec, stage, replica, rpc_fails, _calm(rpc_fails))
@@ -564,8 +564,8 @@ class FlushesOpenRequestsAtShutdown(_Wrapper):
 
 
 class AnswersAbortsAtShutdown(_Wrapper):
-    """shutdown mid-abort (not caught by the kit): an abort is carried out at the next step; ``shutdown()`` carries
-    out those still owed, answering them after shutdown."""
+    """shutdown mid-abort: an abort is carried out at the next step; ``shutdown()`` carries out those still owed,
+    answering them after shutdown."""
 
     def __init__(self, spec, stage, replica, rpc_fails):
         super().__init__(spec, stage, replica, rpc_fails, _calm(rpc_fails))
@@ -589,7 +589,7 @@ class AnswersAbortsAtShutdown(_Wrapper):
 
 
 class ShutdownRaisesWhilePaused(HonoursPause):
-    """shutdown while paused (not caught by the kit): ``shutdown()`` raises while its scheduler is paused."""
+    """shutdown while paused: ``shutdown()`` raises while its scheduler is paused."""
 
     def shutdown(self):
         if ControlMethod.PAUSE_SCHEDULER in self.stopped:

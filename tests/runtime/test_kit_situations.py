@@ -30,6 +30,7 @@ from faulty_runtimes import (
     FailsRequestsOnRpcError,
     FeedByKey,
     FlushesOpenRequestsAtShutdown,
+    HonoursPause,
     KeepsFailedRequest,
     LosesRpcWhileRunning,
     RefusesSleep,
@@ -46,7 +47,7 @@ from omni_fsm import ControlMethod, StageKind
 from omni_runtime import protocol as rp
 from omni_runtime.pipeline import StageSpec
 from omni_runtime.runtimes.sim import SimConfig, sim_replica
-from omni_runtime.testing import ConformanceError, _checker, make_machine, sim_factory
+from omni_runtime.testing import ConformanceError, _checker, check_runtime, make_machine, sim_factory
 
 ROOT = Path(__file__).resolve().parents[2]
 SPEC = ROOT / "specs" / "kit.toml"
@@ -352,18 +353,21 @@ def test_kit_wants_silence_after_shutdown_and_fails_a_death_reported_there():
         machine.teardown()
 
 
-# -- shutdown at any moment: not exercised by the kit (teardown shuts down only an idle runtime) ----------------
-
-_SHUTDOWN_GAP = "kit gap (specs/kit.toml: {}): the kit shuts a runtime down only once it is idle"
-_GAP = {"strict": True, "raises": pytest.fail.Exception}  #: only "DID NOT RAISE" is the gap; anything else fails
+# -- shutdown at any moment: the kit's ``shutdown_now``, with work in flight ------------------------------------
 
 
-def _shut_down_now(machine) -> None:
-    """Shut the runtime down where it stands, as the proposed ``shutdown_now`` rule would, and judge it by the
-    checker's own rules: nothing reported from then on, nothing raised."""
-    machine.checker.shut_down()
-    machine._call("shutdown")
-    machine.stream_is_clean()
+class DropsAbortsAtShutdown(AnswersAbortsAtShutdown):
+    """Carries out an abort at its next step, as ``AnswersAbortsAtShutdown``; its ``shutdown()`` drops those still
+    owed, unanswered (not faulty: a shutdown cuts off what the runtime owes)."""
+
+    def shutdown(self):
+        self.owed.clear()
+        self.inner.shutdown()
+
+
+def _offered(machine) -> list[str]:
+    """Return the rules Hypothesis may pick now (a rule called by hand skips its preconditions)."""
+    return sorted(r.function.__name__ for r in machine.rules if all(p(machine) for p in r.preconditions))
 
 
 def _requests_open(runtime):
@@ -388,34 +392,74 @@ def _paused(runtime):
     return machine
 
 
-@pytest.mark.xfail(**_GAP, reason=_SHUTDOWN_GAP.format("shutdown-with-requests-open"))
-def test_kit_shuts_down_a_runtime_with_requests_open():
-    with pytest.raises(ConformanceError):
-        _requests_open(FlushesOpenRequestsAtShutdown).teardown()
+def _shut_down_now(machine) -> None:
+    """Call the kit's ``shutdown_now``, offered while the runtime holds work; after it, no rule that drives the
+    runtime is offered."""
+    assert "shutdown_now" in _offered(machine)
+    machine.shutdown_now()
+    assert _offered(machine) == ["shutdown_now"] and machine.checker.closed
 
 
-def test_the_checker_fails_a_runtime_shut_down_with_requests_open():
-    with _kit_fails(_checker.SILENT_AFTER_SHUTDOWN, r" for 1: Failed after shutdown\(\) was called"):
-        _shut_down_now(_requests_open(FlushesOpenRequestsAtShutdown))
+def _cut_off_quietly(machine) -> None:
+    """Judge a sound runtime after ``shutdown_now``: teardown owes it nothing it cut off, resumes and steps nothing,
+    and only shuts it down once more."""
+    machine.stream_is_clean()
+    machine.teardown()
+    assert machine.calls[-1] == ["shutdown()", 2]
 
 
-@pytest.mark.xfail(**_GAP, reason=_SHUTDOWN_GAP.format("shutdown-mid-abort"))
-def test_kit_shuts_down_a_runtime_mid_abort():
-    with pytest.raises(ConformanceError):
-        _mid_abort(AnswersAbortsAtShutdown).teardown()
+@pytest.mark.parametrize("runtime", [calm_sim, FlushesOpenRequestsAtShutdown], ids=lambda f: f.__name__)
+def test_kit_shuts_down_a_runtime_with_requests_open_and_fails_one_that_reports_them(runtime):
+    machine = _requests_open(runtime)
+    _shut_down_now(machine)
+    if runtime is calm_sim:
+        _cut_off_quietly(machine)
+        assert machine.checker.open_requests() == [1, 2]  # never finished, and not judged so
+        return
+    with _kit_fails(_checker.SILENT_AFTER_SHUTDOWN, r" for 1: Failed after shutdown\(\) was called$"):
+        machine.stream_is_clean()
 
 
-def test_the_checker_fails_a_runtime_shut_down_mid_abort():
-    with _kit_fails(_checker.SILENT_AFTER_SHUTDOWN, r" for 1: AbortResult after shutdown\(\) was called"):
-        _shut_down_now(_mid_abort(AnswersAbortsAtShutdown))
+@pytest.mark.parametrize("runtime", [DropsAbortsAtShutdown, AnswersAbortsAtShutdown], ids=lambda f: f.__name__)
+def test_kit_shuts_down_a_runtime_mid_abort_and_fails_one_that_answers_the_abort_there(runtime):
+    machine = _mid_abort(runtime)
+    _shut_down_now(machine)
+    if runtime is DropsAbortsAtShutdown:
+        _cut_off_quietly(machine)
+        assert machine.checker.asked_aborts == {1000: {1}}  # never answered, and not judged so
+        return
+    with _kit_fails(_checker.SILENT_AFTER_SHUTDOWN, r" for 1: AbortResult after shutdown\(\) was called$"):
+        machine.stream_is_clean()
 
 
-@pytest.mark.xfail(**_GAP, reason=_SHUTDOWN_GAP.format("shutdown-while-paused"))
-def test_kit_shuts_down_a_paused_runtime():
-    with pytest.raises(ConformanceError):
-        _paused(ShutdownRaisesWhilePaused).teardown()
-
-
-def test_the_checker_fails_a_paused_runtime_whose_shutdown_raises():
+@pytest.mark.parametrize("runtime", [HonoursPause, ShutdownRaisesWhilePaused], ids=lambda f: f.__name__)
+def test_kit_shuts_down_a_paused_runtime_and_fails_one_whose_shutdown_raises(runtime):
+    machine = _paused(runtime)
+    if runtime is HonoursPause:
+        _shut_down_now(machine)
+        _cut_off_quietly(machine)
+        assert machine.runtime.methods == [ControlMethod.PAUSE_SCHEDULER]  # teardown did not resume it
+        return
     with _kit_fails(RAISED["shutdown"], r": shutdown\(\) raised RuntimeError: cannot shut down a paused scheduler"):
-        _shut_down_now(_paused(ShutdownRaisesWhilePaused))
+        machine.shutdown_now()
+    machine.teardown()  # drives it no further
+
+
+def test_kit_shuts_down_once_more_after_shutdown_now_and_fails_a_second_shutdown_that_raises():
+    machine = _machine(ShutdownNotIdempotent)
+    machine.add(req_id=1, tokens=[1])
+    _shut_down_now(machine)
+    with _kit_fails(RAISED["shutdown"], r": shutdown\(\) raised RuntimeError: already shut down"):
+        machine.teardown()
+
+
+#: what the kit's drawn examples fail each runtime for, once one shuts it down mid-run
+SHUT_DOWN_MID_RUN = {FlushesOpenRequestsAtShutdown: _checker.SILENT_AFTER_SHUTDOWN,
+                     AnswersAbortsAtShutdown: _checker.SILENT_AFTER_SHUTDOWN,
+                     ShutdownRaisesWhilePaused: RAISED["shutdown"]}  # fmt: skip
+
+
+@pytest.mark.parametrize("runtime", list(SHUT_DOWN_MID_RUN), ids=lambda f: f.__name__)
+def test_kit_drawing_examples_shuts_each_runtime_down_mid_run(runtime):
+    with _kit_fails(SHUT_DOWN_MID_RUN[runtime]):
+        check_runtime(runtime, max_examples=40, shrink=False, derandomize=True)
