@@ -147,7 +147,7 @@ def make_machine(factory: KitFactory, rpc_fails: bool = False, may_die: bool = F
 
         @_RUNNING
         @rule(req_id=_REQ_IDS, tokens=st.lists(st.integers(0, 99), max_size=4), samples=st.integers(1, 3),
-              streaming=st.booleans())
+              streaming=st.booleans())  # fmt: skip
         def add(self, req_id: int, tokens: list[int], samples: int = 1, streaming: bool = False) -> None:
             """Add ``samples`` requests with one input (as the orchestrator adds a parent's samples); ``streaming``:
             streaming-input sessions, for an AR runtime that takes streamed input (``feed_input``)."""

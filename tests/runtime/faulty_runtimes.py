@@ -203,7 +203,7 @@ class FinishesOnlyAtShutdown:
     """Does no work when stepped (and says none is left); "finishes" every open request in ``shutdown()``.
 
     It answers aborts and RPCs at once and truthfully, so only the kit's judgement of progress
-    before shutdown can fail it.
+    before shutdown can fail it, and its silence after one (the kit's ``shutdown_now`` mid-run: the flush).
     """
 
     def __init__(self, spec, stage, replica, rpc_fails):

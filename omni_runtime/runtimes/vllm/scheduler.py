@@ -322,6 +322,12 @@ class VllmSchedulerRuntime:
 
     def shutdown(self) -> None:
         if not self.closed:
+            self.closed = True  # nothing is reported from here on
+            # the requests it still holds leave the engine with it (an engine shared by runtimes, one after
+            # another, is left as found; a private one is stopped next anyway); nothing is reported for them
+            held = [str(req_id) for req_id, live in self._live.items() if live.request is not None]
+            if held:
+                self.scheduler.finish_requests(held, RS.FINISHED_ABORTED)
             self.engine.shutdown()
         self.closed = True
         self._live.clear()
