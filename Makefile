@@ -12,8 +12,9 @@ $(BIN)/python:
 		{ echo "$(PY) is not Python >= 3.11: run 'make PY=/path/to/python3.11 ...'"; exit 1; }
 	$(PY) -m venv $(VENV) || { rm -rf $(VENV); exit 1; }
 
+# setuptools (the build backend, pyproject.toml's build-system): the wheel test (tests/packaging) builds without isolation.
 $(STAMP): $(BIN)/python pyproject.toml
-	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q --upgrade pip 'setuptools>=77'
 	$(BIN)/python -m pip install -q -e '.[dev]'
 	touch $(STAMP)
 

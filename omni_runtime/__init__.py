@@ -28,6 +28,7 @@ from omni_runtime.commands import (
 from omni_runtime.errors import (
     ConfigError,
     EngineNotRunning,
+    NoProgress,
     OmniRuntimeError,
     OptionError,
     PipelineError,
@@ -40,6 +41,7 @@ from omni_runtime.orchestrator import Orchestrator
 from omni_runtime.pipeline import (
     Pipeline,
     StageSpec,
+    example_pipeline,
     load_pipeline,
     parse_pipeline,
     require_pipeline,
@@ -81,6 +83,7 @@ __all__ = [
     "EngineNotRunning",
     "Host",
     "IncrementalText",
+    "NoProgress",
     "OmniRuntimeError",
     "OptionError",
     "Orchestrator",
@@ -100,6 +103,7 @@ __all__ = [
     "StopRuntimes",
     "StreamingInput",
     "Tokenizer",
+    "example_pipeline",
     "load_pipeline",
     "parse_pipeline",
     "require_pipeline",

@@ -19,11 +19,13 @@ from typing import Any, NoReturn
 from omni_fsm.cli.interrupt import interruptible
 from omni_runtime.driver import EVENT, POLL
 from omni_runtime.errors import OmniRuntimeError, OptionError, PipelineError
-from omni_runtime.pipeline import Pipeline, load_pipeline
+from omni_runtime.pipeline import Pipeline, example_pipeline, load_pipeline
 from omni_runtime.runtime_names import runtime
 from omni_runtime.workload import DemoReport, WorkloadOptions, replica_deaths, run_demo
 
 RUNTIMES = ("sim", "vllm")
+#: runtime -> the packaged example pipeline ``omni-run`` runs when given none
+EXAMPLE_FOR = {"sim": "pipeline", "vllm": "vllm_pipeline"}
 
 
 #: A failed run writes no trace: the writer puts the file in place only after its end marker.
@@ -58,7 +60,10 @@ def build_parser() -> argparse.ArgumentParser:
     """Return the argument parser."""
     p = argparse.ArgumentParser(prog="omni-run", description=__doc__.splitlines()[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("pipeline", nargs="?", default="examples/pipeline.toml", help="pipeline TOML file")
+    # SUPPRESS: no pipeline given leaves the attribute unset (the example depends on --runtime)
+    p.add_argument("pipeline", nargs="?", default=argparse.SUPPRESS,
+                   help="pipeline TOML file (default: the example that ships with the package, "
+                        "examples/pipeline.toml, or examples/vllm_pipeline.toml with --runtime vllm)")  # fmt: skip
     p.add_argument("--runtime", choices=RUNTIMES, default="sim",
                    help="stage runtime: the simulator, or real vLLM engines (AR stages only), one process per "
                         "replica, on the model in --model")  # fmt: skip
@@ -95,7 +100,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OptionError as exc:
         _argument_error(parser, exc)
     try:
-        pipeline = load_pipeline(args.pipeline)
+        given = vars(args).get("pipeline")
+        pipeline = load_pipeline(example_pipeline(EXAMPLE_FOR[args.runtime]) if given is None else given)
     except PipelineError as exc:
         print(f"omni-run: {exc}", file=sys.stderr)
         return 2

@@ -6,7 +6,15 @@ message sequences, for aborts keyed to a request's k-th output) are the same on 
 
 When the engine dies the host stops the orchestrator by itself; the engine then ends its loop
 tasks and shuts the runtimes down without waiting for ``shutdown()``, which stays idempotent and
-raises what went wrong (the loop's failure, a failed shutdown, listeners that raised).
+raises what went wrong (the loop's failure, a failed shutdown, an ``on_step`` hook or listeners that
+raised).
+
+No wait goes on without end: both loops count the synchronous engine's rounds (``omni_runtime.watchdog``)
+while a reader or an abort or control call waits, and fail those waits with ``NoProgress`` past
+``max_idle_rounds`` idle rounds (or ``max_silent_rounds`` busy, silent ones, when set). The polling loop's
+rounds are its pumps; the event-driven loop, once every runtime is idle and every report taken, runs such
+rounds itself at the polling loop's pace. A wait that only a client call can end (the engine paused or
+asleep, a request waiting for its next streamed input part) is not failed: another task may make that call.
 """
 
 from __future__ import annotations
@@ -23,11 +31,12 @@ from omni_runtime import commands as cmd
 from omni_runtime import protocol as rp
 from omni_runtime.adapters import Prompt
 from omni_runtime.commands import ClientMessage
-from omni_runtime.errors import ConfigError, EngineNotRunning, OmniRuntimeError, RpcError
+from omni_runtime.errors import ConfigError, EngineNotRunning, NoProgress, OmniRuntimeError, RpcError
 from omni_runtime.host import Host, Listener
 from omni_runtime.orchestrator import StepHook
 from omni_runtime.pipeline import Pipeline, require_pipeline
 from omni_runtime.runtime_names import runtime
+from omni_runtime.watchdog import Watchdog, no_progress
 
 EVENT, POLL = "event", "poll"
 _log = logging.getLogger("omni_runtime")
@@ -37,18 +46,30 @@ class AsyncEngine:
     """``async for message in engine.generate(prompt)``; a consumer that stops early aborts its request.
 
     Listener errors are logged (logger ``omni_runtime``) when they happen and raised by ``shutdown()``.
+    ``max_idle_rounds``, ``max_silent_rounds`` and ``max_buffered`` bound waits and mailboxes as ``Engine``'s do.
     """
 
     def __init__(self, pipeline: Pipeline, runtimes: Sequence[Sequence[rp.StageRuntime]] | None = None, *,
                  loop: str = EVENT, seed: int = 0, spec: Spec = SPEC, on_step: StepHook | None = None,
-                 poll_interval: float = 0.001) -> None:  # fmt: skip
+                 poll_interval: float = 0.001, max_idle_rounds: int = 1000, max_silent_rounds: int | None = None,
+                 max_buffered: int | None = 10_000) -> None:  # fmt: skip
         pipeline = require_pipeline(pipeline, "AsyncEngine")
         if loop not in (EVENT, POLL):
             raise ConfigError(f"loop must be {EVENT!r} or {POLL!r}, not {loop!r}")
+        self._watchdog = Watchdog(max_idle_rounds, max_silent_rounds)
         if runtimes is None:  # the default runtime, by name: the driver imports none
             runtimes = runtime()(pipeline, seed)
-        self.host = Host(pipeline, runtimes, spec=spec, on_step=on_step)
+        self.host = Host(pipeline, runtimes, spec=spec, on_step=on_step, max_buffered=max_buffered)
         self.mode, self.poll_interval = loop, poll_interval
+        self.max_silent_rounds = max_silent_rounds
+        self._blocked: set[int] = set()  #: readers waiting for a message now
+        self._reader_errors: dict[int, NoProgress] = {}  #: a blocked reader's reason to give up
+        self._quiet: asyncio.Event | None = None  #: event-driven loop: every runtime idle, every report taken
+        self._ready: deque[tuple[int, int]] = deque()  #: event-driven loop: (stage, replica) of each buffered report
+        self._wakes: list[list[asyncio.Event]] = []  #: event-driven loop: set when a runtime is given work
+        self._parked = 0  #: event-driven loop: replica loops waiting for work
+        self._replicas = sum(len(r) for r in self.host.runtimes)
+        self._cause = ""  #: why the loop failed, for the readers it strands
         self._tasks: list[asyncio.Task[None]] = []
         self._orchestrator_task: asyncio.Task[None] | None = None
         self._waiters: dict[tuple[type, int], asyncio.Future[cmd.Command]] = {}
@@ -68,8 +89,8 @@ class AsyncEngine:
 
         Reports the runtimes buffered before (answering a call made before ``start``) are taken first.
         """
-        if self._shut or self.host.orchestrator_stopped:
-            raise EngineNotRunning("the engine is shut down")
+        if self._shut or self._cause or self.host.orchestrator_stopped or self.host.runtimes_stopped:
+            raise EngineNotRunning("the engine is shut down")  # (a failed loop is never started again)
         if self._tasks:
             if self._tasks[0].get_loop() is not asyncio.get_running_loop():
                 raise OmniRuntimeError("an AsyncEngine runs in the event loop that started it, not another one")
@@ -77,8 +98,9 @@ class AsyncEngine:
         self._idle = asyncio.Event()
         self._idle.set()
         self._work = asyncio.Event()
+        watchdog = self._watchdog
         if self.mode == EVENT:
-            ready: deque[tuple[int, int]] = deque(  # (stage, replica) of each buffered report, in order
+            ready = self._ready = deque(  # (stage, replica) of each buffered report, in order
                 (stage, replica) for stage, replicas in enumerate(self.host.buffers)
                 for replica, buffer in enumerate(replicas) for _ in buffer)  # fmt: skip
             signal = asyncio.Event()
@@ -91,14 +113,26 @@ class AsyncEngine:
                     signal.set()
 
             self.host.notify = notify
-            wakes = [[asyncio.Event() for _ in r] for r in self.host.runtimes]
-            self.host.wake = lambda stage, replica: wakes[stage][replica].set()
+            wakes = self._wakes = [[asyncio.Event() for _ in r] for r in self.host.runtimes]
+
+            def wake(stage: int, replica: int) -> None:
+                wakes[stage][replica].set()
+                watchdog.reset()
+
+            self.host.wake = wake
+            self._quiet = asyncio.Event()
             self._orchestrator_task = asyncio.create_task(self._event_loop(ready, signal))
             for stage, replicas in enumerate(self.host.runtimes):
                 for replica in range(len(replicas)):
                     self._tasks.append(asyncio.create_task(self._replica_loop(stage, replica, wakes[stage][replica])))
+            self._tasks.append(asyncio.create_task(self._idle_rounds(self._quiet)))
         else:
-            self.host.wake = lambda stage, replica: self._work.set()
+
+            def work(stage: int, replica: int) -> None:
+                self._work.set()
+                watchdog.reset()
+
+            self.host.wake = work
             self._orchestrator_task = asyncio.create_task(self._poll_loop())
         self._tasks.append(self._orchestrator_task)
 
@@ -112,27 +146,91 @@ class AsyncEngine:
         host, popleft = self.host, ready.popleft
         buffers, report, execute = host.buffers, host.orchestrator.report, host.execute
         while True:
+            taken = 0
             while ready:  # every buffered report, without yielding (as a non-empty queue's get would)
                 stage, replica = popleft()
                 buffer = buffers[stage][replica]
                 if buffer and not host.orchestrator_stopped:  # as ``Host.drain`` does, one report at a time
+                    taken += 1
                     commands = report(stage, replica, buffer.popleft())
                     if commands or host.pending:
                         execute(commands)
+            host.reports_taken += taken
             self._idle.set()
+            self._maybe_quiet()
             signal.clear()
             await signal.wait()
             self._idle.clear()
 
     async def _replica_loop(self, stage: int, replica: int, wake: asyncio.Event) -> None:
-        step = self.host.step
+        host, step, limit = self.host, self.host.step, self.max_silent_rounds
+        seen, silent = host.progress(), 0
         while True:
             await self._idle.wait()  # the orchestrator has taken every report: step again
             wake.clear()
             busy = step(stage, replica)
+            if limit is not None:  # opt-in: this runtime's busy steps since anything was reported
+                now = host.progress()
+                silent, seen = (silent + 1 if busy and now == seen else 0), now
+                if silent > limit:
+                    silent = 0
+                    self._give_up(f"runtime {stage}/{replica} says it is busy but reported nothing for {limit} rounds")
             await asyncio.sleep(0)
             if not busy:
+                self._parked += 1
+                self._maybe_quiet()
                 await wake.wait()
+                self._parked -= 1
+
+    def _maybe_quiet(self) -> None:
+        """Event-driven loop: wake ``_idle_rounds`` when every runtime is idle and every report taken."""
+        if self._quiet is not None and not self._ready and self._parked == self._replicas:
+            self._quiet.set()
+
+    async def _idle_rounds(self, quiet: asyncio.Event) -> None:
+        """Event-driven loop: while every runtime is idle, every report taken and a wait pending, run the polling
+        loop's rounds (at its pace) and count them, so that such a wait gives up as it does there."""
+        host, watchdog = self.host, self._watchdog
+        try:
+            while True:
+                await quiet.wait()
+                quiet.clear()
+                while self._stuck():
+                    before = host.progress()
+                    host.pump()
+                    why = watchdog.round(host.progress() != before, host.runtimes_busy)
+                    if why is not None:
+                        self._give_up(why)
+                    if host.runtimes_busy:  # their own loops step them from here
+                        for event in (e for wakes in self._wakes for e in wakes):
+                            event.set()
+                        break
+                    await asyncio.sleep(self.poll_interval)
+        except Exception as exc:  # as in the orchestrator loop
+            self._crashed(exc)
+
+    def _stuck(self) -> bool:
+        """Event-driven loop: whether every runtime is idle, every report taken and a wait pending."""
+        return (self._parked == self._replicas and not self._ready and not self.host.orchestrator_stopped
+                and not any(e.is_set() for wakes in self._wakes for e in wakes) and self._counted_waits())  # fmt: skip
+
+    def _counted_waits(self) -> bool:
+        """Return whether a wait is pending that the runtimes owe (not one that only a client call can end)."""
+        if self._waiters:
+            return True
+        orchestrator = self.host.orchestrator
+        return any(not orchestrator.waits_for_client(rid) for rid in self._blocked)
+
+    def _give_up(self, why: str) -> None:
+        """Fail every pending wait the runtimes owe with ``NoProgress`` naming ``why`` and what was dropped."""
+        orchestrator = self.host.orchestrator
+        for rid in sorted(self._blocked):
+            if not orchestrator.waits_for_client(rid):
+                self._reader_errors[rid] = no_progress(why, orchestrator)
+                self._readers[rid].set()
+        for future in self._waiters.values():
+            if not future.done():
+                future.set_exception(no_progress(why, orchestrator))
 
     async def _poll_loop(self) -> None:
         try:
@@ -141,23 +239,39 @@ class AsyncEngine:
             self._crashed(exc)
 
     async def _poll_loop_body(self) -> None:
+        host, watchdog, loop = self.host, self._watchdog, asyncio.get_running_loop()
         while True:
             self._work.clear()
-            if self.host.pump():
-                await asyncio.sleep(0)
+            before = host.progress()
+            moved = host.pump()
+            if (self._waiters or self._blocked) and self._counted_waits():
+                why = watchdog.round(host.progress() != before, host.runtimes_busy)
+                if why is not None:
+                    self._give_up(why)
             else:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._work.wait(), self.poll_interval)
+                watchdog.reset()
+            if moved:
+                await asyncio.sleep(0)
+            else:  # until a runtime is given work or the interval ends (not ``wait_for``: on 3.11 it can swallow
+                # the cancellation that ends this loop when both come at once)
+                timer = loop.call_later(self.poll_interval, self._work.set)
+                try:
+                    await self._work.wait()
+                finally:
+                    timer.cancel()
 
     def _crashed(self, exc: Exception) -> None:
         """The orchestrator loop failed: keep the error, end every open request (fatal), stop."""
         self.loop_error = exc
         self.host.history.append(f"orchestrator loop failed: {type(exc).__name__}: {exc}")
+        self._cause = f"the orchestrator loop failed: {type(exc).__name__}: {exc}"
         _log.error("the orchestrator loop failed; every open request ends as fatal", exc_info=exc)
         try:
-            self.host.fail_engine()
+            self.host.fail_engine(self._cause)
         except Exception as failed:  # the state that broke the loop broke this too: shutdown() says so
             self._failures.append((f"failing the engine failed: {type(failed).__name__}: {failed}", failed))
+        if not self.host.runtimes_stopped:  # nothing will run the loops again: end them, and every wait with them
+            self._closing_task()
 
     def _orchestrator_stopped(self) -> None:
         """The host's ``StopRuntimes``: end the loops and the runtimes now (``shutdown()`` waits for that)."""
@@ -188,7 +302,7 @@ class AsyncEngine:
             arrived.set()
         for future in self._waiters.values():
             if not future.done():
-                future.set_exception(EngineNotRunning("the engine shut down before the answer came"))
+                future.set_exception(EngineNotRunning(f"the engine shut down before the answer came{self._why()}"))
 
     async def shutdown(self) -> None:
         """Every open request gets its terminal; the orchestrator loop stops; then the runtimes shut down.
@@ -212,9 +326,9 @@ class AsyncEngine:
         if self.loop_error is not None:
             error, self.loop_error = self.loop_error, None
             failures.insert(0, (f"the orchestrator loop failed: {type(error).__name__}: {error}", error))
-        listeners = self.host.take_listener_errors()
-        if listeners is not None:
-            failures.append((str(listeners), listeners))
+        for unreported in (self.host.take_hook_error(), self.host.take_listener_errors()):
+            if unreported is not None:
+                failures.append((str(unreported), unreported))
         if failures:
             raise OmniRuntimeError("; ".join(text for text, _ in failures)) from failures[0][1]
 
@@ -264,9 +378,17 @@ class AsyncEngine:
             while True:
                 while not box:
                     if self.host.orchestrator_stopped or self.host.runtimes_stopped:  # nothing more will come
-                        raise EngineNotRunning(f"the engine shut down before request {rid} ended")
+                        raise EngineNotRunning(f"the engine shut down before request {rid} ended{self._why()}")
                     arrived.clear()
-                    await arrived.wait()
+                    self._blocked.add(rid)
+                    self._maybe_quiet()
+                    try:
+                        await arrived.wait()
+                    finally:
+                        self._blocked.discard(rid)
+                    gave_up = self._reader_errors.pop(rid, None)
+                    if gave_up is not None:  # the request is aborted below, as for any reader that stops
+                        raise gave_up
                 message = box.popleft()
                 finished = message.finished
                 if finished:
@@ -276,9 +398,14 @@ class AsyncEngine:
                     return
         finally:
             self._readers.pop(rid, None)
+            self._reader_errors.pop(rid, None)
             if not finished:  # the consumer stopped early or was cancelled: abort (its mailbox goes too)
                 self.host.mailboxes.pop(rid, None)
                 self.host.cancel(rid)
+
+    def _why(self) -> str:
+        cause = self._cause or self.host.orchestrator.death
+        return f" ({cause})" if cause else ""
 
     def _mailed(self, rid: int) -> None:
         arrived = self._readers.get(rid)
@@ -322,11 +449,12 @@ class AsyncEngine:
             return answer
         future: asyncio.Future[cmd.Command] = asyncio.get_running_loop().create_future()
         self._waiters[(kind, call)] = future
+        self._maybe_quiet()
         try:
             return await future
         finally:
             self._waiters.pop((kind, call), None)
-            if not future.done() or future.cancelled():  # the caller gave up: its answer is not kept
+            if not future.done() or future.cancelled() or future.exception() is not None:  # nobody keeps the answer
                 self.host.unclaim(call)
             answers.pop(call, None)
 

@@ -37,6 +37,12 @@ class EngineNotRunning(OmniRuntimeError):
     """The engine is dead or stopped: it accepts no new work."""
 
 
+class NoProgress(OmniRuntimeError):
+    """A wait gave up: nothing moved for as many rounds as the engine allows (``max_idle_rounds``, or
+    ``max_silent_rounds`` for busy runtimes that report nothing). The message says which bound, and what the
+    orchestrator dropped or holds meanwhile (reports under request ids it never gave, for instance)."""
+
+
 class RequestRefused(OmniRuntimeError):
     """The lifecycle does not allow this client call now (nothing changed)."""
 

@@ -7,6 +7,10 @@ takes reports (pushed: event-driven; polled: the polling loop and the synchronou
 When the engine dies (``EngineChanged(DEAD)``) the host shuts the system down by itself, once the
 commands already queued (the fatal terminals among them) are carried out: the orchestrator stops,
 then the runtimes (B9).
+
+A mailbox holds at most ``max_buffered`` messages: past that its consumer has stalled, and its request is
+aborted ("consumer stalled": its terminal's error), so that it holds no more memory; its messages until
+the terminal are dropped. Nothing else waits for a consumer: a stalled one delays no other request.
 """
 
 from __future__ import annotations
@@ -15,7 +19,9 @@ import logging
 from collections import deque
 from collections.abc import Callable, Sequence
 
-from omni_fsm import SPEC, ControlMethod, EngineState, Spec
+import attrs
+
+from omni_fsm import SPEC, ControlMethod, EngineState, Outcome, Spec
 from omni_runtime import commands as cmd
 from omni_runtime import protocol as rp
 from omni_runtime.adapters import Prompt
@@ -28,6 +34,7 @@ Listener = Callable[[cmd.ClientMessage], None]
 _log = logging.getLogger("omni_runtime")
 #: what ``fail_engine`` drops from the queue: work for the runtimes (deliveries and answers still go out)
 _RUNTIME_COMMANDS = (cmd.Dispatch, cmd.AbortAt, cmd.RpcCall)
+STALLED = "consumer stalled"  #: the error of the terminal of a request aborted because its mailbox was full
 
 
 class Host:
@@ -36,8 +43,11 @@ class Host:
     LISTENER_ERRORS_KEPT = 8  #: listener errors kept (with their tracebacks) until reported; the rest are counted
 
     def __init__(self, pipeline: Pipeline, runtimes: Sequence[Sequence[rp.StageRuntime]], *, spec: Spec = SPEC,
-                 on_step: StepHook | None = None) -> None:  # fmt: skip
+                 on_step: StepHook | None = None, max_buffered: int | None = 10_000) -> None:  # fmt: skip
         pipeline = require_pipeline(pipeline, "Host")
+        if max_buffered is not None and (not isinstance(max_buffered, int) or isinstance(max_buffered, bool)
+                                         or max_buffered < 1):  # fmt: skip
+            raise ConfigError(f"max_buffered is an integer >= 1 or None, not {max_buffered!r}")
         if [len(r) for r in runtimes] != [s.replicas for s in pipeline.stages]:
             want, got = [s.replicas for s in pipeline.stages], [len(r) for r in runtimes]
             raise ConfigError(f"need one runtime per replica of every stage: replicas {want}, runtimes {got}")
@@ -46,6 +56,8 @@ class Host:
         self.runtimes = [list(r) for r in runtimes]
         self.buffers: list[list[deque[rp.Report]]] = [[deque() for _ in r] for r in runtimes]
         self.mailboxes: dict[int, deque[cmd.ClientMessage]] = {}
+        self.max_buffered = max_buffered  #: messages a mailbox holds at most (``None``: no limit)
+        self.stalled: set[int] = set()  #: requests aborted because their consumer stalled, until their terminal
         self.listeners: dict[int, Listener] = {}
         self.abort_answers: dict[int, cmd.AbortAnswer] = {}
         self.rpc_answers: dict[int, cmd.RpcAnswer] = {}
@@ -60,9 +72,11 @@ class Host:
         self.mailed: Callable[[int], None] = lambda rid: None  #: a message for ``rid`` landed in its mailbox
         self.stop_runtimes: Callable[[], None] = self.shutdown_runtimes
         self.pending: deque[cmd.Command] = deque()
-        self.reports_taken = 0  #: reports ``drain`` handed to the orchestrator (the sync engine's progress watchdog)
+        self.reports_taken = 0  #: reports handed to the orchestrator (the drivers' watchdogs measure progress by it)
+        self.runtimes_busy = False  #: whether a runtime said it has work left in the last ``pump``
         self._executing = False
         self._shutdown_due = False  #: the engine died: shut down once the queued commands are carried out
+        self._death_logged = False  #: why the engine died was logged (by ``fail_engine``'s caller)
         self._stopping_by_itself = False  #: that shutdown runs: no caller hears a runtime's failure to stop
         self.deferred_error: OmniRuntimeError | None = None  #: that failure, raised by ``shutdown()``
         #: (request id, exception) of the first listeners that raised since the last report (each
@@ -123,16 +137,18 @@ class Host:
         self.execute(out)
         return call
 
-    def fail_engine(self) -> None:
+    def fail_engine(self, reason: str | None = None) -> None:
         """The engine cannot go on (its loop failed): every open request ends as fatal, then it shuts down.
 
-        Of the commands a failed ``execute`` left queued, deliveries and answers (already decided:
-        their requests and callers are released) are still carried out; work for the runtimes is dropped.
+        ``reason`` (its caller logs it) is named by each fatal terminal. Of the commands a failed ``execute``
+        left queued, deliveries and answers (already decided: their requests and callers are released) are
+        still carried out; work for the runtimes is dropped.
         """
         if not self.orchestrator_stopped:
+            self._death_logged = True
             decided = [c for c in self.pending if not isinstance(c, _RUNTIME_COMMANDS)]
             self.pending.clear()
-            self.execute(decided + self.orchestrator.engine_died())
+            self.execute(decided + self.orchestrator.engine_died(reason))
 
     def shutdown(self) -> None:
         """Shut the orchestrator down (every open request gets its terminal), then the runtimes; idempotent.
@@ -145,6 +161,17 @@ class Host:
         error, self.deferred_error = self.deferred_error, None
         if error is not None:
             raise error
+
+    def take_hook_error(self) -> OmniRuntimeError | None:
+        """Return an error naming what the ``on_step`` hook raised (the engine died of it), once; else ``None``."""
+        exc = self.orchestrator.hook_error
+        if exc is None:
+            return None
+        self.orchestrator.hook_error = None
+        error = OmniRuntimeError(f"the on_step hook raised {type(exc).__name__}: {exc}; every open request ended "
+                                 f"as fatal")  # fmt: skip
+        error.__cause__ = exc
+        return error
 
     def take_listener_errors(self) -> OmniRuntimeError | None:
         """Return one error naming the listeners that raised since the last call (``None``: none); forget them."""
@@ -164,6 +191,10 @@ class Host:
         return error
 
     # -- reports ------------------------------------------------------------------------------
+
+    def progress(self) -> int:
+        """Return how many reports the orchestrator took and did not drop (a watchdog compares two readings)."""
+        return self.reports_taken - self.orchestrator.reports_dropped()
 
     def drain(self) -> bool:
         """Hand every buffered report to the orchestrator, polling stages in order; return whether any."""
@@ -196,6 +227,7 @@ class Host:
             return self.runtimes[stage][replica].step()
         except Exception as exc:  # outside code: the replica is gone, its requests fail, nothing hangs
             self.history.append(f"runtime {stage}/{replica} raised in step: {type(exc).__name__}: {exc}")
+            self.orchestrator.replica_failing(stage, replica, f"its step() raised {type(exc).__name__}: {exc}")
             self._sinks[stage][replica](rp.ReplicaDied())
             return False
 
@@ -204,7 +236,7 @@ class Host:
         if self.runtimes_stopped:
             return False
         moved = self.drain()
-        busy = self.step_runtimes()
+        busy = self.runtimes_busy = self.step_runtimes()
         return self.drain() or moved or busy
 
     # -- commands -------------------------------------------------------------------------------
@@ -262,6 +294,9 @@ class Host:
             self.engine_state = c.state  # type: ignore[attr-defined]
             if c.state is EngineState.DEAD and not self.orchestrator_stopped:  # type: ignore[attr-defined]
                 self._shutdown_due = True
+                if self.orchestrator.death and not self._death_logged:  # a hook or a runtime's step() raised
+                    _log.error("the engine died: %s; every open request ends as fatal", self.orchestrator.death,
+                               exc_info=self.orchestrator.hook_error)  # fmt: skip
         elif kind is cmd.StopOrchestrator:
             self.orchestrator_stopped = True
             self.history.append("orchestrator stopped")
@@ -288,9 +323,24 @@ class Host:
                 self._listener_failed(message, exc)
         else:
             box = self.mailboxes.get(message.rid)
-            if box is not None:
-                box.append(message)
-                self.mailed(message.rid)
+            if self.stalled and message.rid in self.stalled:  # aborted: only its terminal still goes in
+                if not message.finished:
+                    return
+                self.stalled.discard(message.rid)
+                if message.outcome is Outcome.ABORTED:
+                    message = attrs.evolve(message, error=STALLED)
+            if box is None:
+                return
+            if self.max_buffered is not None and len(box) >= self.max_buffered and not message.finished:
+                self._consumer_stalled(message.rid, len(box))
+                return
+            box.append(message)
+            self.mailed(message.rid)
+
+    def _consumer_stalled(self, rid: int, held: int) -> None:
+        _log.warning("request %d: its consumer stalled (%d messages unread); the request is aborted", rid, held)
+        self.stalled.add(rid)
+        self.cancel(rid)
 
     def _listener_failed(self, message: cmd.ClientMessage, exc: Exception) -> None:
         _log.error("the listener of request %d raised %r; the request is aborted", message.rid, exc, exc_info=exc)

@@ -9,6 +9,7 @@ commands. No I/O, no asyncio, no threads.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable
 from typing import Any
 
@@ -75,11 +76,12 @@ class _Route:
 class Stats:
     """What the orchestrator itself dropped (the lifecycle counts what it dropped)."""
 
-    __slots__ = ("duplicates", "misrouted", "unknown_results")
+    __slots__ = ("duplicates", "misrouted", "unknown_ids", "unknown_results")
 
     def __init__(self) -> None:
         self.duplicates = 0  #: a per-request report whose seq was already handled
         self.misrouted = 0  #: a report from a replica the request is not bound to
+        self.unknown_ids = 0  #: a per-request report under an id the orchestrator never gave (``str(rid)``, say)
         self.unknown_results = 0  #: an abort result nobody waits for (late or duplicated)
 
     def as_dict(self) -> dict[str, int]:
@@ -125,6 +127,10 @@ class Orchestrator:
         self._judged: tuple[int, rp.Report, ReqState | None] | None = None
         self._abort_batch: dict[tuple[int, int], list[int]] | None = None  #: AbortSent of one step, by replica
         self.stopped = False
+        self.unknown_id_last: str | None = None  #: the last report under an id never given: what, which id, where
+        self.hook_error: Exception | None = None  #: what ``on_step`` raised (the engine died of it; not called again)
+        self.death: str | None = None  #: why the engine died, where that is known (named by its fatal terminals)
+        self._loss_causes: dict[tuple[int, int], str] = {}  #: (stage, replica) -> why its ``ReplicaDied`` comes
 
     # -- client calls --------------------------------------------------------------------
 
@@ -203,9 +209,19 @@ class Orchestrator:
         except LifecycleError as exc:
             raise self._refusal(exc) from None
 
-    def engine_died(self) -> Commands:
-        """The engine cannot go on (its host's loop failed): every open request ends as fatal."""
+    def engine_died(self, reason: str | None = None) -> Commands:
+        """The engine cannot go on (its host's loop failed, a stage lost its last replica, the hook raised): every
+        open request ends as fatal. ``reason`` (why) becomes ``death`` and each such request's terminal error."""
+        if reason is not None:
+            self.death = self.death or reason
+            for route in self.routes.values():
+                if route.error is None:
+                    route.error = reason
         return self._feed(ev.EngineDied())
+
+    def replica_failing(self, stage: int, replica: int, cause: str) -> None:
+        """Note why ``replica`` of ``stage`` is lost (its ``ReplicaDied`` follows): the requests it fails name it."""
+        self._loss_causes[(stage, replica)] = cause
 
     def shutdown(self) -> Commands:
         """Shut down: every open request gets its terminal, then the orchestrator, then the runtimes stop."""
@@ -218,7 +234,8 @@ class Orchestrator:
     def _refusal(self, exc: LifecycleError) -> OmniRuntimeError:
         state = self.lifecycle.engine.state
         if state in ENGINE_TERMINAL:
-            return EngineNotRunning(f"engine is {state.value}: {exc}")
+            why = f" ({self.death})" if self.death else ""
+            return EngineNotRunning(f"engine is {state.value}{why}: {exc}")
         return RequestRefused(str(exc))
 
     # -- runtime reports --------------------------------------------------------------------
@@ -259,6 +276,10 @@ class Orchestrator:
         rid = report.req_id
         route = self.routes.get(rid)
         if route is None or route.stage != stage:  # late: the lifecycle drops it as unknown / stale
+            if route is None and _never_given(rid, self._next_rid):  # counted: a wait that gives up names it
+                self.stats.unknown_ids += 1
+                self.unknown_id_last = (f"{type(report).__name__} under request id {rid!r} ({type(rid).__name__}) "
+                                        f"from runtime {stage}/{replica}")  # fmt: skip
             try:
                 event = _event_of(rid, stage, report, kind)
             except _Malformed:
@@ -377,17 +398,21 @@ class Orchestrator:
         raise OmniRuntimeError(f"{type(command).__name__} is not carried out by a runtime")
 
     def _replica_died(self, stage: int, replica: int) -> Commands:
+        cause = self._loss_causes.pop((stage, replica), None)
         if not self.live[stage][replica]:
             return []
         self.live[stage][replica] = False
         self._aborts = {rid: v for rid, v in self._aborts.items() if v[1:] != (stage, replica)}
         self._cleanup_aborts = {a: v for a, v in self._cleanup_aborts.items() if v != (stage, replica)}
         out: Commands = []
+        lost = None if cause is None else f"replica {stage}/{replica} is lost: {cause}"
         if not any(self.live[stage]):  # no live replica left: the engine is dead
-            out += self._feed(ev.EngineDied())
+            out += self.engine_died(lost)
         else:
             bound = sorted(r for r, route in self.routes.items() if route.stage == stage and route.replica == replica)
             for rid in bound:
+                if lost is not None and self.routes[rid].error is None:
+                    self.routes[rid].error = lost
                 out += self._feed(ev.ReplicaLost(rid, stage))
         for call_id in sorted(self._rpcs):
             if (stage, replica) in self._rpcs[call_id].waiting:
@@ -398,8 +423,12 @@ class Orchestrator:
 
     def _feed(self, event: ev.Event) -> Commands:
         outputs = self.lifecycle.handle(event)
+        hook_raised = None
         if self.on_step is not None:
-            self.on_step(event, outputs)
+            try:
+                self.on_step(event, outputs)
+            except Exception as exc:  # outside code: this step's commands still go out, then the engine dies
+                hook_raised = exc
         out: Commands = []
         handlers = _OBSERVATIONS
         for o in outputs:
@@ -409,7 +438,19 @@ class Orchestrator:
         if self._abort_batch is not None:
             self._send_aborts(self._abort_batch, out)
             self._abort_batch = None
+        if hook_raised is not None:
+            out += self._hook_raised(event, hook_raised)
         return out
+
+    def _hook_raised(self, event: ev.Event, exc: Exception) -> Commands:
+        """The step hook raised: it is not called again, and the engine dies of it (each open request's fatal
+        terminal names it; the drivers raise it from ``shutdown()``), unless it is dead or stopped already."""
+        self.on_step, self.hook_error = None, exc
+        reason = f"the on_step hook raised {type(exc).__name__}: {exc} (at {type(event).__name__})"
+        if self.lifecycle.engine.state in ENGINE_TERMINAL:
+            self.death = self.death or reason
+            return []
+        return self.engine_died(reason)
 
     def _send_aborts(self, batch: dict[tuple[int, int], list[int]], out: Commands) -> None:
         """One physical abort per live replica per step, for the requests still tracked (one may end in the
@@ -589,6 +630,21 @@ class Orchestrator:
         """Return what the lifecycle and the orchestrator dropped or failed."""
         return {**self.lifecycle.counters.as_dict(), **self.stats.as_dict()}
 
+    def reports_dropped(self) -> int:
+        """Return how many reports were dropped unheard (late, unknown, duplicated, misrouted; a late client abort
+        counts too): what a driver's watchdog subtracts from the reports it handed over to measure progress."""
+        lifecycle, stats = self.lifecycle.counters, self.stats
+        return (lifecycle.dropped_stale + lifecycle.dropped_unknown + stats.duplicates + stats.misrouted
+                + stats.unknown_results)  # fmt: skip
+
+    def waits_for_client(self, rid: int) -> bool:
+        """Return whether client request ``rid`` can go on only after a client call: the engine is paused or
+        asleep, or the request waits for its next streamed input part."""
+        if self.lifecycle.engine.state in (EngineState.PAUSED, EngineState.SLEEPING):
+            return True
+        record = self.lifecycle.records.get(rid)
+        return record is not None and record.state is ReqState.WAITING_FOR_STREAMING_REQ
+
 
 _Handler = Callable[[Orchestrator, int, int, Any], Commands]
 #: report class -> handler, for the reports about no one request (per-request ones go through ``_KINDS``);
@@ -615,6 +671,14 @@ _OBSERVATIONS: dict[type, Callable[[Orchestrator, Any, Commands], None]] = {
 
 def _by_id(pair: tuple[int, Any]) -> int:
     return pair[0]
+
+
+def _never_given(rid: Any, next_rid: int) -> bool:
+    """Return whether ``rid`` is no id the orchestrator gave: not an integer, or outside ``0 .. next_rid - 1``."""
+    try:
+        return not 0 <= operator.index(rid) < next_rid
+    except TypeError:
+        return True
 
 
 def _without(command: cmd.Command, rid: int) -> cmd.Command:

@@ -2,7 +2,8 @@
 
 Built in Python (``Pipeline``, ``StageSpec``, ``simple_pipeline``: a bad argument raises ``ConfigError``)
 or loaded from TOML (``load_pipeline``: a malformed file raises ``PipelineError`` as ``FILE:LINE: reason``).
-Both are judged by the same field and pipeline checks below, so they give the same reasons.
+Both are judged by the same field and pipeline checks below, so they give the same reasons. The example
+pipelines (the checkout's ``examples/``) ship with the package: ``example_pipeline(name)`` is the path of one.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import difflib
 import os
 from collections.abc import Callable, Sequence
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -198,6 +200,18 @@ def simple_pipeline(kinds: Sequence[StageKind], final: Sequence[bool] | None = N
 
 
 # -- TOML ----------------------------------------------------------------------------------
+
+#: the packaged example pipelines: ``examples/NAME.toml`` of the checkout, shipped in the wheel
+EXAMPLES = ("pipeline", "vllm_pipeline")
+
+
+def example_pipeline(name: str = "pipeline") -> Path:
+    """Return the path of the packaged example pipeline file ``NAME.toml`` (one of ``EXAMPLES``)."""
+    if name not in EXAMPLES:
+        raise ConfigError(f"no example pipeline {name!r} (known: {', '.join(EXAMPLES)})")
+    # a link to the checkout's examples/ (editable install) or a copy (wheel); pip unpacks wheels: a file
+    return Path(str(resources.files("omni_runtime") / "_data" / "examples" / f"{name}.toml"))
+
 
 def load_pipeline(path: str | os.PathLike[str]) -> Pipeline:
     """Return the pipeline described by the TOML file at ``path``; raise ``PipelineError``."""

@@ -4,13 +4,15 @@ It drives the runtimes in-line (the polling loop without asyncio): every call th
 the runtimes until its answer arrives.
 
 A listener that raises has its request aborted; its error is raised by ``run_until_idle()`` or
-``shutdown()``, never by a wait for another request's outputs, an abort or a control call.
+``shutdown()``, never by a wait for another request's outputs, an abort or a control call. So is an
+``on_step`` hook's (the engine dies of it: every open request ends as fatal, its error naming the hook).
 
-A wait raises ``OmniRuntimeError`` ("no progress") after ``max_idle_rounds`` rounds in which
-every runtime was idle and nothing was reported. A runtime that keeps saying it is busy but
-reports nothing (a scheduler deadlock, B4) is caught by ``max_silent_rounds``, when set: off by
-default, because a runtime may legitimately work a long time between reports (a diffusion
-sample of many steps, a wait for remote KV blocks).
+A wait raises ``NoProgress`` (an ``OmniRuntimeError``, "no progress: ...") after ``max_idle_rounds``
+rounds in which every runtime was idle and nothing was reported that the orchestrator could use. A
+runtime that keeps saying it is busy but reports nothing (a scheduler deadlock, B4) is caught by
+``max_silent_rounds``, when set: off by default, because a runtime may legitimately work a long time
+between reports (a diffusion sample of many steps, a wait for remote KV blocks). See
+``omni_runtime.watchdog``: the asyncio driver counts the same rounds.
 """
 
 from __future__ import annotations
@@ -27,23 +29,27 @@ from omni_runtime.host import Host, Listener
 from omni_runtime.orchestrator import StepHook
 from omni_runtime.pipeline import Pipeline, require_pipeline
 from omni_runtime.runtime_names import runtime
+from omni_runtime.watchdog import Watchdog, no_progress
 
 
 class Engine:
     """A synchronous engine around ``Host``; ``runtimes=None`` uses the simulator.
 
     ``max_idle_rounds``: how many pumping rounds in a row a wait goes on while every runtime is idle
-    and nothing is reported; ``max_silent_rounds`` (``None``: no limit): how many rounds in a row it
-    goes on without any report, busy runtimes or not.
+    and nothing is reported; ``max_silent_rounds`` (``None``: no limit): how many rounds it goes on
+    while a runtime says it is busy and nothing is reported; ``max_buffered`` (``None``: no limit): how
+    many unread messages a request's mailbox holds before the request is aborted ("consumer stalled").
     """
 
     def __init__(self, pipeline: Pipeline, runtimes: Sequence[Sequence[rp.StageRuntime]] | None = None, *,
                  seed: int = 0, spec: Spec = SPEC, on_step: StepHook | None = None,
-                 max_idle_rounds: int = 1000, max_silent_rounds: int | None = None) -> None:  # fmt: skip
+                 max_idle_rounds: int = 1000, max_silent_rounds: int | None = None,
+                 max_buffered: int | None = 10_000) -> None:  # fmt: skip
         pipeline = require_pipeline(pipeline, "Engine")
+        Watchdog(max_idle_rounds, max_silent_rounds)  # checks the bounds before anything starts
         if runtimes is None:  # the default runtime, by name: the driver imports none
             runtimes = runtime()(pipeline, seed)
-        self.host = Host(pipeline, runtimes, spec=spec, on_step=on_step)
+        self.host = Host(pipeline, runtimes, spec=spec, on_step=on_step, max_buffered=max_buffered)
         self.max_idle_rounds = max_idle_rounds
         self.max_silent_rounds = max_silent_rounds
 
@@ -61,8 +67,8 @@ class Engine:
         """Yield the request's messages in order, the terminal last (pumping the runtimes as needed).
 
         A consumer that stops early (``break``, ``close()``) aborts the request. If pumping raises
-        (``OmniRuntimeError``: no progress) the request stays open and keeps its mailbox: calling
-        ``outputs(rid)`` again reads on.
+        (``NoProgress``) the request stays open and keeps its mailbox: calling ``outputs(rid)`` again
+        reads on.
         """
         box = self.host.mailboxes.get(rid)
         if box is None:
@@ -112,36 +118,37 @@ class Engine:
     def run_until_idle(self) -> None:
         """Pump until no runtime has work and no report is buffered.
 
-        Then raises ``OmniRuntimeError`` naming the listeners that raised since last reported (their
-        requests were aborted); each is reported once. Raises ``OmniRuntimeError`` (no progress) if a
-        runtime stays busy for ``max_silent_rounds`` rounds without reporting anything.
+        Then raises ``OmniRuntimeError`` naming what the ``on_step`` hook raised and the listeners that
+        raised since last reported (their requests were aborted); each is reported once. Raises
+        ``NoProgress`` if a runtime stays busy for ``max_silent_rounds`` rounds without reporting anything,
+        or keeps reporting only what the orchestrator drops for ``max_idle_rounds`` rounds.
         """
-        host, idle, silent = self.host, 0, 0
+        host, idle, watchdog = self.host, 0, Watchdog(self.max_idle_rounds, self.max_silent_rounds)
         while idle < 2:
-            taken = host.reports_taken
-            idle = 0 if host.pump() else idle + 1
-            silent = 0 if host.reports_taken != taken else silent + 1
-            self._check_silence(silent)
-        self._raise_listener_errors()
-
-    def _check_silence(self, silent: int) -> None:
-        if self.max_silent_rounds is not None and silent > self.max_silent_rounds:
-            raise OmniRuntimeError(f"no progress: a runtime says it is busy but reported nothing for "
-                                   f"{self.max_silent_rounds} rounds")  # fmt: skip
+            before = host.progress()
+            moved = host.pump()
+            idle = 0 if moved else idle + 1
+            if moved:
+                why = watchdog.round(host.progress() != before, host.runtimes_busy)
+                if why is not None:
+                    raise no_progress(why, host.orchestrator)
+        self._raise_unreported()
 
     def shutdown(self) -> None:
         """Every open request gets its terminal; the orchestrator stops, then the runtimes; idempotent.
 
-        Raises ``OmniRuntimeError`` for runtimes that failed to shut down, else for listeners that
-        raised and were not reported yet (by ``run_until_idle``).
+        Raises ``OmniRuntimeError`` for runtimes that failed to shut down, else for an ``on_step`` hook
+        and listeners that raised and were not reported yet (by ``run_until_idle``).
         """
         self.host.shutdown()
-        self._raise_listener_errors()
+        self._raise_unreported()
 
-    def _raise_listener_errors(self) -> None:
-        error = self.host.take_listener_errors()
-        if error is not None:
-            raise error
+    def _raise_unreported(self) -> None:
+        errors = [e for e in (self.host.take_hook_error(), self.host.take_listener_errors()) if e is not None]
+        if len(errors) > 1:
+            raise OmniRuntimeError("; ".join(str(e) for e in errors)) from errors[0]
+        if errors:
+            raise errors[0]
 
     def _wait_for(self, call: int, answers: dict[int, Any]) -> None:
         """Pump until call ``call`` is answered; if that raises, its answer is dropped when it comes."""
@@ -152,20 +159,18 @@ class Engine:
             raise
 
     def _pump_until(self, done: Callable[[], bool]) -> None:
-        """Pump until ``done()``; see the module's docstring for when it gives up (no progress)."""
-        host, idle, silent = self.host, 0, 0
+        """Pump until ``done()``; raise ``NoProgress`` when the watchdog gives up (``omni_runtime.watchdog``)."""
+        host, watchdog = self.host, Watchdog(self.max_idle_rounds, self.max_silent_rounds)
         while not done():
-            taken = host.reports_taken
-            moved = host.pump()
-            if host.reports_taken != taken:
-                idle = silent = 0
-                continue
+            before = host.progress()
+            host.pump()
+            if done():
+                return
             if host.runtimes_stopped:
-                raise OmniRuntimeError("no progress: the runtimes are shut down and the answer never came")
-            idle, silent = 0 if moved else idle + 1, silent + 1
-            if idle > self.max_idle_rounds:
-                raise OmniRuntimeError("no progress: the runtimes are idle and the answer never came")
-            self._check_silence(silent)
+                raise no_progress("the runtimes are shut down and the answer never came", host.orchestrator)
+            why = watchdog.round(host.progress() != before, host.runtimes_busy)
+            if why is not None:
+                raise no_progress(why, host.orchestrator)
 
     def __enter__(self) -> Engine:
         return self

@@ -16,7 +16,7 @@ from omni_fsm.spec.table import MISS_POLICY, SPEC, Effect, Row, Spec
 from omni_fsm.spec.vocabulary import BOUND, ENGINE_TERMINAL, HOLDS_SLOT, LIVE, PARKED, TERMINAL, EngineState, ReqState
 
 Which = Literal["request", "engine"]
-REGENERATE = ".venv/bin/omni-fsm diagram --markdown > docs/lifecycle.md"
+REGENERATE = "omni-fsm diagram --markdown > docs/lifecycle.md"
 #: Between the merged labels of parallel edges (one line per row in the rendered diagram).
 EDGE_JOIN = "<br/>"
 
@@ -86,7 +86,7 @@ def render_lifecycle_markdown(spec: Spec = SPEC) -> str:
     lines = [
         "# The request lifecycle",
         "",
-        f"<!-- Generated from omni_fsm/_table.py by omni_fsm/diagram.py; do not edit. Run `{REGENERATE}`. -->",
+        f"<!-- Generated from omni_fsm/spec/table.py by omni_fsm/cli/diagram.py; do not edit. Run `{REGENERATE}`. -->",
         "",
         "One table (`omni_fsm.spec.table.SPEC`) is the whole lifecycle: rows `source --event [guards]--> target /"
         " effects`, tried in order; the first row whose guards hold wins. The core's compiled fast path, the"

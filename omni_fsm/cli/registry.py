@@ -2,7 +2,8 @@
 
 Without options it runs every cross-check of ``omni_fsm.registry.validate`` (the tests that cover
 each ID are read from their ``covers`` marks), prints each problem as ``FILE:LINE: reason`` on
-stderr and a count of the invariants per kind on stdout; exit 1 if there is a problem. With
+stderr and a count of the invariants per kind on stdout; exit 1 if there is a problem. Without ``tests/``
+beside ``specs/`` (an installed copy) which invariants have tests is not judged, and it says so. With
 ``--update-lock`` it appends newly issued IDs (and deferred -> checked promotions) to
 ``specs/ids.lock``, printing each line appended; exit 1 if it refused (an issued ID vanished or
 changed meaning). Exit 2: a malformed file, as ``FILE:LINE: reason`` on stderr.
@@ -17,12 +18,13 @@ from pathlib import Path
 
 from omni_fsm.errors import MalformedInput
 from omni_fsm.registry import KINDS, load_registry, update_lock, validate
-from omni_fsm.registry.covers import discover_tests
+from omni_fsm.registry.covers import discover_tests, has_tests
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Register ``omni-fsm registry``'s options."""
-    parser.add_argument("--root", type=Path, default=None, help="the checkout (default: found from cwd)")
+    parser.add_argument("--root", type=Path, default=None,
+                        help="the directory holding specs/ (default: the checkout around cwd, else the installed copy)")
     parser.add_argument("--update-lock", action="store_true", help="append newly issued IDs to specs/ids.lock")
 
 
@@ -37,7 +39,8 @@ def main(args: argparse.Namespace) -> int:
             for problem in refused:
                 print(problem, file=sys.stderr)
             return 1 if refused else 0
-        problems = validate(reg, set(discover_tests(reg.root)))
+        tested = set(discover_tests(reg.root)) if has_tests(reg.root) else None
+        problems = validate(reg, tested)
     except MalformedInput as exc:
         print(exc, file=sys.stderr)
         return 2
@@ -45,6 +48,8 @@ def main(args: argparse.Namespace) -> int:
         print(problem, file=sys.stderr)
     kinds = {kind: sum(inv.kind == kind for inv in reg.invariants) for kind in KINDS}
     print(f"{len(reg.invariants)} invariants: " + ", ".join(f"{n} {kind}" for kind, n in kinds.items()))
+    if tested is None:
+        print(f"{reg.root}: no tests/ beside specs/ (an installed copy): which invariants have tests is not judged")
     return 1 if problems else 0
 
 

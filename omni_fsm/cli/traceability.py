@@ -18,7 +18,8 @@ from omni_fsm.registry.traceability import DOC_FILE, REGENERATE, generate
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Register ``omni-fsm traceability``'s options."""
-    parser.add_argument("--root", type=Path, default=None, help="the checkout (default: found from cwd)")
+    parser.add_argument("--root", type=Path, default=None,
+                        help="the directory holding specs/ (default: the checkout around cwd, else the installed copy)")
     parser.add_argument("--check", action="store_true", help=f"exit 1 if {DOC_FILE} is not current")
 
 

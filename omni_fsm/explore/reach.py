@@ -79,10 +79,8 @@ NEEDS: Mapping[str, Needs] = {
                           "(the core keeps no ended record live otherwise)", families=_fams("abort")),
     "ORCH-INV-101": Needs("a request that ends: one request, one stage"),
     "ORCH-INV-102": Needs("a request's messages to the client and its terminal: one request, one stage"),
-    "ORCH-INV-103": Needs("a terminal's outcome and finish reason: the core takes both from the terminal state "
-                          "(vocabulary.TERMINAL_OUTCOME, in the EMIT_TERMINAL effect), which no Spec changes; a "
-                          "wrong or missing reason is a runtime's or a trace's: judged on traces and runtimes "
-                          "only", explorable=False),
+    "ORCH-INV-103": Needs("a finish whose stop kind the terminal's finish reason must carry (a row that ends "
+                          "it in another finished state breaks it): one request, one stage"),
     "ORCH-INV-104": Needs("a dependent the engine creates that could reach the client under its own id: a CFG "
                           "companion (an n>1 child's messages always carry its parent's id)", companions=1),
     "ORCH-INV-105": Needs("an n>1 parent and its children: two samples", n=2),

@@ -50,7 +50,7 @@ from omni_fsm.invariants.checks import (  # the check names, re-exported (``__al
     Violation,
 )
 from omni_fsm.invariants.judge import Judge
-from omni_fsm.invariants.rules import OBSERVATION_RULES, judge_end, judge_report, judge_step
+from omni_fsm.invariants.rules import OBSERVATION_RULES, judge_after_stop, judge_end, judge_report, judge_step
 from omni_fsm.invariants.view import VIEW_FIELDS, View
 from omni_fsm.spec import events as ev
 from omni_fsm.spec import observations as ob
@@ -71,13 +71,16 @@ class Monitor(Judge):
         self.steps += 1
         before = len(self.violations)
         about = event.rid if isinstance(event, ev.RequestEvent) else -1
-        dropped = any(isinstance(o, ob.Dropped) and o.rid == about for o in outputs)
+        name = type(event).__name__  # a drop names the event it dropped: another report dropped is no drop of this one
+        dropped = any(isinstance(o, ob.Dropped) and o.rid == about and o.event == name for o in outputs)
         rejected = any(isinstance(o, ob.Rejected) and o.rid == about for o in outputs)
         terminal_rids = [o.rid for o in outputs if isinstance(o, ob.Emitted) and o.finished]
         if isinstance(event, ev.StageEvent):
             judge_report(self, event, outputs, dropped, rejected)
         rule_of = OBSERVATION_RULES.get
         for obs in outputs:
+            if self.stopped:
+                judge_after_stop(self, obs)
             rule = rule_of(type(obs))
             if rule is not None:
                 rule(self, obs)

@@ -3,7 +3,8 @@
 The rules live in one module per contract section: ``rules_routing`` (ORCH-INV-001..099),
 ``rules_lifecycle`` (100..199), ``rules_failure`` (200..299), ``rules_shutdown`` (300..399) and
 ``rules_ar`` (AR-INV). ``Monitor.step`` hands each step to them through this module: a runtime's
-report to :func:`judge_report`, each observation to its rule in ``OBSERVATION_RULES``, then the
+report to :func:`judge_report`, each observation to its rule in ``OBSERVATION_RULES`` (and, once the
+orchestrator stopped, to :func:`judge_after_stop` first), then the
 whole step to :func:`judge_step`; ``Monitor.finish`` hands the end of a history to :func:`judge_end`.
 """
 
@@ -12,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from omni_fsm.invariants import rules_ar as ar
 from omni_fsm.invariants import rules_failure as failure
 from omni_fsm.invariants import rules_lifecycle as lifecycle
 from omni_fsm.invariants import rules_routing as routing
@@ -34,6 +36,8 @@ OBSERVATION_RULES: dict[type, Callable[[Judge, Any], None]] = {
 
 #: a runtime's report about a request at a stage, judged before the step's observations
 judge_report = lifecycle.on_report
+#: each observation made once the orchestrator stopped, judged before its own rule
+judge_after_stop = shutdown.after_stop
 
 _REQUEST_FAILURES = (ev.StageFailed, ev.ReplicaLost, ev.StageAborted)
 
@@ -55,13 +59,16 @@ def judge_step(j: Judge, event: ev.Event, outputs: Sequence[ob.Observation], dro
     elif isinstance(event, ev.Abort) and any(isinstance(o, ob.AbortRequested) and o.rid == event.rid
                                              for o in outputs):
         failure.after_abort(j, event.rid, outputs)
-    elif isinstance(event, ev.AbortDone) and not dropped:
+    elif isinstance(event, ev.AbortDone) and not dropped and not rejected:  # rejected: no physical abort succeeded
         failure.after_abort_done(j, event.rid, outputs)
+    if isinstance(event, (ev.Scheduled, ev.Preempted)) and not dropped and not rejected:
+        ar.cache_follows_status(j, event)
     failure.end_of_step(j, outputs, terminal_rids)
 
 
 def judge_end(j: Judge) -> None:
-    """Judge the end of a complete history (everything drained), request by request."""
+    """Judge the end of a complete history (everything drained): the control plane, then request by request."""
+    lifecycle.rpcs_at_end(j)
     for rid, view in sorted(j.views.items()):
         lifecycle.at_end(j, rid, view)
         failure.at_end(j, rid, view)

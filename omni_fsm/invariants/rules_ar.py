@@ -1,6 +1,7 @@
 """The rules of the autoregressive runtime contract (AR-INV).
 
-AR-INV-001: the AR sub-states a runtime reports follow upstream vLLM's transitions (``upstream``).
+AR-INV-001: the AR sub-states a runtime reports follow upstream vLLM's transitions (``upstream``), and the
+KV cache moves with them (a scheduled request holds a slot, a preempted one none).
 AR-INV-002: a request reaches a later stage only through a forward (its input adapter).
 AR-INV-003: a runtime's report is acted on only for the stage the request is assigned to.
 AR-INV-200: a request's slot (its KV cache) is freed before its state is dropped.
@@ -46,6 +47,18 @@ def upstream_status(j: Judge, event: ev.StageEvent, view: View, rejected: bool) 
         if not up.allowed(view.status, target):
             j.fail(AR_UPSTREAM, event.rid, f"{view.status} -> {target} is not an upstream transition")
         view.status = target
+
+
+def cache_follows_status(j: Judge, event: ev.Scheduled | ev.Preempted) -> None:
+    """Judge the end of the step of an accepted ``Scheduled`` or ``Preempted`` at an AR stage: the KV cache moved with
+    the status, as upstream (scheduled: the request holds a slot there; preempted: it holds none)."""
+    view = j.view(event.rid)
+    if view is None or view.released or view.stage != event.stage or j.kinds[event.stage] is not StageKind.AR:
+        return
+    if isinstance(event, ev.Scheduled) and view.slot != event.stage:
+        j.fail(AR_UPSTREAM, event.rid, f"scheduled at stage {event.stage} but holds no slot (KV cache) there")
+    elif isinstance(event, ev.Preempted) and view.slot >= 0:
+        j.fail(AR_UPSTREAM, event.rid, f"preempted but still holds its slot (KV cache) at stage {view.slot}")
 
 
 def cache_freed(j: Judge, rid: int, view: View) -> None:

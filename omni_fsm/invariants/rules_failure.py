@@ -76,8 +76,8 @@ def aborted_terminal(j: Judge, o: ob.Emitted, view: View, kind: StageKind | None
 
 def on_abort_requested(j: Judge, o: ob.AbortRequested) -> None:
     view = j.view(o.rid)
-    if view is not None:
-        view.abort_requested = True
+    if view is not None:  # a new abort asked: it is owed its own answer
+        view.abort_requested, view.abort_answered = True, False
 
 
 def on_abort_sent(j: Judge, o: ob.AbortSent) -> None:
@@ -167,10 +167,14 @@ def _family(j: Judge, rid: int) -> set[int]:
 
 def after_rpc_failed(j: Judge, event: ev.RpcFailed, outputs: Sequence[ob.Observation], dropped: bool,
                      terminal_rids: list[int]) -> None:
-    """Judge a step that reported a worker's RPC error: it reached the caller, and ended nothing."""
+    """Judge a step that reported a worker's RPC error: it reached the caller (the worker's own error, not another
+    text), and ended nothing."""
     answers = [o for o in outputs if isinstance(o, ob.RpcAnswered) and o.call_id == event.call_id]
     if not dropped and (not answers or answers[0].ok or not answers[0].error):
         j.fail(RPC_ERRORS, None, f"worker error of RPC {event.call_id} did not reach its caller")
+    elif not dropped and answers[0].error != event.error:
+        j.fail(RPC_ERRORS, None, f"RPC {event.call_id} answered with error {answers[0].error!r}, "
+                                 f"not the worker's {event.error!r}")
     if terminal_rids or any(isinstance(o, ob.EngineChanged) for o in outputs):
         j.fail(RPC_ERRORS, None, f"a worker error of RPC {event.call_id} ended requests or the engine")
 

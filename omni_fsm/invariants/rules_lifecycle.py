@@ -1,11 +1,12 @@
 """The rules of ORCH-INV-100..199 (request state and ordering).
 
-ORCH-INV-100: no work for a request after its terminal. 101: one terminal per client request.
-102: the client's messages in stage order, the terminal last. 103: a terminal carries an outcome
-and a finish reason of the closed set. 104: children and companions are never client-visible.
-105: an n>1 parent ends after its last child. 106: each RPC or abort answer matches its own call.
-107: a report about an ended request is dropped. 108: admission follows the control plane.
-109: slots are taken at the dispatched stage, once, within capacity.
+ORCH-INV-100: no work for a request after its terminal. 101: one terminal per client request, with
+the outcome its cause calls for. 102: the client's messages in stage order, the terminal last.
+103: a terminal carries an outcome and a finish reason of the closed set, the one its stage reported.
+104: children and companions are never client-visible. 105: an n>1 parent ends after its last child.
+106: each RPC or abort answer matches its own call, once; every RPC is answered. 107: a report about
+an ended request is dropped, and its step does nothing else. 108: admission follows the control
+plane. 109: slots are taken at the dispatched stage, once, within capacity.
 
 Handles the observations of a request's life (``Submitted``, ``Dispatched``, ``Emitted``,
 ``SlotTaken``, ``SlotFreed``), of the control plane and its answers (``EngineChanged``,
@@ -39,15 +40,20 @@ from omni_fsm.invariants.rules_failure import (
     finished_terminal,
     rpc_error_carried,
 )
-from omni_fsm.invariants.rules_shutdown import after_stop
 from omni_fsm.invariants.view import View
 from omni_fsm.spec import events as ev
 from omni_fsm.spec import observations as ob
-from omni_fsm.spec.vocabulary import EngineState, FinishReason, Outcome, Role, StageKind, StopKind
+from omni_fsm.spec.vocabulary import STOP_REASON, EngineState, FinishReason, Outcome, Role, StageKind, StopKind
 
 _R = FinishReason
 _REASONS = {Outcome.FINISHED: {_R.STOP, _R.LENGTH, _R.REPETITION}, Outcome.ABORTED: {_R.ABORT},
             Outcome.FAILED: {_R.ERROR}, Outcome.FATAL: {_R.ERROR}}
+#: the outcome an accepted runtime report that ends its request calls for (a rejected one: failed; an abort
+#: requested before may turn a finish into an abort; AbortDone: ORCH-INV-209); a report not here ends nothing
+_ENDS_AS = {ev.StageFinished: Outcome.FINISHED, ev.StageAborted: Outcome.ABORTED, ev.StageFailed: Outcome.FAILED,
+            ev.ReplicaLost: Outcome.FAILED}
+#: an n>1 parent's outcome is the worst of its samples': this order
+_SEVERITY = {Outcome.FINISHED: 0, Outcome.ABORTED: 1, Outcome.FAILED: 2, Outcome.FATAL: 3}
 
 # -- a request's life ------------------------------------------------------------------------------
 
@@ -77,7 +83,6 @@ def on_dispatched(j: Judge, o: ob.Dispatched) -> None:
     through_adapter(j, o, view)
     if o.stage == 0 and j.engine in (EngineState.PAUSED, EngineState.SLEEPING):
         j.fail(ADMISSION, o.rid, f"admitted while the engine is {j.engine.value}")
-    after_stop(j, o.rid, "dispatched")
     view.stage, view.forwarded_to, view.generated, view.status = o.stage, -1, 0, up.WAITING
 
 
@@ -86,11 +91,11 @@ def on_report(j: Judge, event: ev.StageEvent, outputs: Sequence[ob.Observation],
     """Judge a runtime's report about a request (acted on only while it is live, at its stage); take it in."""
     view = j.view(event.rid)
     if view is None or view.released:
-        if not dropped:
-            j.fail(LATE_EVENTS_DROPPED, event.rid, f"{type(event).__name__} for an ended request was acted on")
+        _late_report(j, event, outputs, dropped)
         return
     if dropped or not assigned_work(j, event, view):
         return
+    _ends_as_reported(j, event, outputs, view, rejected)
     if isinstance(event, ev.StageOutput):
         view.generated += event.tokens
     elif isinstance(event, (ev.StageFinished, ev.StageAborted)) and not rejected:  # the stage ended it itself
@@ -109,6 +114,61 @@ def on_report(j: Judge, event: ev.StageEvent, outputs: Sequence[ob.Observation],
     upstream_status(j, event, view, rejected)
 
 
+def _ends_as_reported(j: Judge, event: ev.StageEvent, outputs: Sequence[ob.Observation], view: View,
+                      rejected: bool) -> None:
+    """Judge the end a runtime's accepted report about a client request or a sample causes in its step: the request's
+    terminal (a sample's end message) has the outcome the report calls for (ORCH-INV-101) and, finished, the reason
+    its stage reported (ORCH-INV-103); a parent that ends with that sample ends no better than the sample did."""
+    if isinstance(event, ev.AbortDone) and not rejected:
+        return  # the physical abort's end is ORCH-INV-209's
+    if view.role is Role.CLIENT:
+        client, sample = event.rid, -1
+    else:
+        parent = j.view(view.parent) if view.role is Role.CHILD else None
+        if parent is None or event.rid not in parent.children:
+            return  # a companion's report: its parent's end is no end of the request whose report it is
+        client, sample = view.parent, parent.children.index(event.rid)
+    expected = Outcome.FAILED if rejected else _ENDS_AS.get(type(event))
+    name = "a rejected report" if rejected else type(event).__name__
+    for o in outputs:
+        if not isinstance(o, ob.Emitted) or o.rid != client or o.outcome is None:
+            continue
+        if o.sample == sample and (o.finished or sample >= 0):  # the request's own end
+            _judge_cause(j, event, o, o.outcome, expected, name, view.abort_requested and not rejected)
+        elif sample >= 0 and o.finished and (expected is None or _SEVERITY[o.outcome] < _SEVERITY[expected]):
+            j.fail(ONE_TERMINAL, client, f"parent ended {o.outcome.value} as its sample ended by {name}")
+
+
+def _judge_cause(j: Judge, event: ev.StageEvent, o: ob.Emitted, outcome: Outcome, expected: Outcome | None,
+                 name: str, aborting: bool) -> None:
+    """Judge the end ``o`` (with ``outcome``) of the request ``event`` is about against what ``event`` calls for."""
+    if expected is None:
+        j.fail(ONE_TERMINAL, o.rid, f"ended {outcome.value} by {name}, which ends nothing")
+    elif outcome is not expected and not (aborting and outcome is Outcome.ABORTED):
+        j.fail(ONE_TERMINAL, o.rid, f"ended {outcome.value} by {name} ({expected.value} expected)")
+    if isinstance(event, ev.StageFinished) and expected is Outcome.FINISHED and outcome is Outcome.FINISHED \
+            and o.reason is not STOP_REASON[event.stop]:
+        j.fail(FINISH_REASON, o.rid, f"finished with reason {o.reason and o.reason.value}; its stage reported "
+                                     f"{event.stop.value} ({STOP_REASON[event.stop].value} expected)")
+
+
+def _late_report(j: Judge, event: ev.StageEvent, outputs: Sequence[ob.Observation], dropped: bool) -> None:
+    """Judge a report about a request that ended (or never was): its step drops that very report (a ``Dropped``
+    naming the request and the report's type) and observes nothing else: no other request's terminal, no engine
+    change, no slot move. (Work or a message for the ended request itself is ORCH-INV-100/101/102/109's.)"""
+    name = type(event).__name__
+    if not dropped:
+        instead = [o.event for o in outputs if isinstance(o, ob.Dropped) and o.rid == event.rid]
+        j.fail(LATE_EVENTS_DROPPED, event.rid, f"{name} for an ended request was acted on"
+               + (f" ({', '.join(instead)} dropped instead)" if instead else ""))
+        return
+    drop = next(o for o in outputs if isinstance(o, ob.Dropped) and o.rid == event.rid and o.event == name)
+    ended = event.rid if j.view(event.rid) is not None else None
+    others = [type(o).__name__ for o in outputs if o is not drop and getattr(o, "rid", None) != ended]
+    if others:
+        j.fail(LATE_EVENTS_DROPPED, event.rid, f"the step that dropped a late {name} also observed {', '.join(others)}")
+
+
 # -- client messages ---------------------------------------------------------------------------------
 
 
@@ -122,7 +182,6 @@ def on_emitted(j: Judge, o: ob.Emitted) -> None:
     elif view.terminals:
         j.fail(STAGE_ORDER, o.rid, "a message after the terminal")
     _judge_stage_order(j, o, view)
-    after_stop(j, o.rid, "a message")
     kind = j.kinds[o.stage] if 0 <= o.stage < len(j.kinds) else None
     if o.finished:
         _judge_terminal(j, o, view, kind)
@@ -204,7 +263,11 @@ def on_abort_answered(j: Judge, o: ob.AbortAnswered) -> None:
     if view is None or not view.abort_requested:
         j.fail(ANSWERS_CORRELATED, o.rid, "an abort answer with no abort caller")
         return
-    if not o.ok:  # the abort was refused: the request is no longer aborting
+    if view.abort_answered:
+        j.fail(ANSWERS_CORRELATED, o.rid, "a second answer to the same abort (no new abort was asked)")
+    if o.ok:
+        view.abort_answered = True
+    else:  # the abort was refused: the request is no longer aborting
         view.abort_requested, view.abort_sent, view.abort_ok = False, -1, False
 
 
@@ -215,6 +278,12 @@ def after_rpc_done(j: Judge, event: ev.RpcDone, outputs: Sequence[ob.Observation
 
 
 # -- end of history -----------------------------------------------------------------------------------
+
+
+def rpcs_at_end(j: Judge) -> None:
+    """Judge the control plane at the end of a complete history: every RPC sent was answered."""
+    for call_id, method in sorted(j.rpcs.items()):
+        j.fail(ANSWERS_CORRELATED, None, f"RPC {call_id} ({method.value}) was never answered")
 
 
 def at_end(j: Judge, rid: int, view: View) -> None:

@@ -1,8 +1,9 @@
 """The rules of ORCH-INV-300..399 (extension points, shutdown ordering, upstream alignment).
 
 ORCH-INV-300: the orchestrator stops before any runtime, and nothing happens after it stopped.
-Handles ``OrchestratorStopped`` and ``RuntimesStopped``; :func:`after_stop` judges any other work
-(a dispatch, a message). ORCH-INV-303 is judged over two histories (``differential``).
+Handles ``OrchestratorStopped`` and ``RuntimesStopped``; :func:`after_stop` judges every other
+observation once the orchestrator stopped (a report dropped aside: nothing is done for it). ORCH-INV-303
+is judged over two histories (``differential``).
 """
 
 from __future__ import annotations
@@ -11,11 +12,14 @@ from omni_fsm.invariants.checks import SHUTDOWN_ORDER
 from omni_fsm.invariants.judge import Judge
 from omni_fsm.spec import observations as ob
 
+#: what may still be observed once the orchestrator stopped: the stops themselves, and a report dropped
+STILL_OBSERVED: tuple[type[ob.Observation], ...] = (ob.OrchestratorStopped, ob.RuntimesStopped, ob.Dropped)
 
-def after_stop(j: Judge, rid: int, what: str) -> None:
-    """Judge ``what`` happening to request ``rid``: nothing happens once the orchestrator stopped."""
-    if j.stopped:
-        j.fail(SHUTDOWN_ORDER, rid, f"{what} after the orchestrator stopped")
+
+def after_stop(j: Judge, o: ob.Observation) -> None:
+    """Judge an observation made once the orchestrator stopped: no work, message, answer or cleanup happens then."""
+    if not isinstance(o, STILL_OBSERVED):
+        j.fail(SHUTDOWN_ORDER, getattr(o, "rid", None), f"{type(o).__name__} after the orchestrator stopped")
 
 
 def on_orchestrator_stopped(j: Judge, o: ob.OrchestratorStopped) -> None:

@@ -33,6 +33,7 @@ class View:
     abort_requested: bool = False
     abort_sent: int = -1  #: stage a physical abort was sent to (-1: none pending)
     abort_ok: bool = False
+    abort_answered: bool = False  #: its open abort got its (ok) answer: another answer to it is one too many
     committed: bool = False  #: its abort was committed: it is over, whatever it is told later
     slot: int = -1  #: stage whose slot it holds
     released: bool = False
@@ -44,7 +45,8 @@ class View:
                 self.companions_done, self.stage, self.forwarded_to, self.finished_at, self.done_at, self.ignored_at,
                 self.generated,
                 self.status, self.last_emit_stage, self.sample_stages, self.terminals, self.abort_requested,
-                self.abort_sent, self.abort_ok, self.committed, self.slot, self.released, self.while_sleeping)
+                self.abort_sent, self.abort_ok, self.abort_answered, self.committed, self.slot, self.released,
+                self.while_sleeping)
 
     @property
     def over(self) -> bool:

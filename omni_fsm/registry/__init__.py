@@ -54,18 +54,21 @@ from omni_fsm.registry.model import (
     find_root,
     load_contract,
     load_registry,
+    packaged_root,
 )
 
 __all__ = ["CONTRACTS_DIR", "DERIVED", "FACTS_FILE", "KINDS", "LOCK_FILE", "PROMOTIONS", "REGISTRY_CHECKS",
            "REGISTRY_FILE", "ROLES", "UPDATE_LOCK", "Carrier", "Contract", "Facts", "Invariant", "Issued", "Item",
            "Range", "Registry", "RegistryCheck", "RuleFacts", "Source", "check_problems", "find_root",
            "ids_outside_ranges", "load_contract", "load_facts", "load_registry", "lock_problems", "normalize",
-           "observable_fields", "observed_by_problems", "read_lock", "rule_digest", "rule_text_problems",
-           "safe_change_topics_covered", "uncovered_rules", "update_lock", "validate"]  # fmt: skip
+           "observable_fields", "observed_by_problems", "packaged_root", "read_lock", "rule_digest",
+           "rule_text_problems", "safe_change_topics_covered", "uncovered_rules", "update_lock",
+           "validate"]  # fmt: skip
 
 
-def validate(reg: Registry, tested: Collection[str]) -> list[str]:
-    """Return every cross-check problem of the registry (``tested``: the IDs that have tests).
+def validate(reg: Registry, tested: Collection[str] | None) -> list[str]:
+    """Return every cross-check problem of the registry (``tested``: the IDs that have tests; ``None``: no tests
+    here, as in an installed copy, so which IDs have tests is not judged).
 
     Raises ``MalformedInput`` for a malformed ``specs/ids.lock`` or ``specs/facts.toml`` (a checked
     rule without its facts included).

@@ -114,6 +114,11 @@ def is_negative(path: str) -> bool:
     return path.startswith("tests/bugs/") or "negative" in Path(path).name
 
 
+def has_tests(root: Path) -> bool:
+    """Return whether ``root`` holds ``tests/`` (a checkout), not only ``specs/`` (an installed copy)."""
+    return (root / "tests").is_dir()
+
+
 def discover_tests(root: Path) -> dict[str, tuple[CoverMark, ...]]:
     """Return invariant ID -> the tests under ``root/tests`` that cover it, in file order."""
     found: dict[str, list[CoverMark]] = {}
@@ -130,4 +135,4 @@ def discover_tests(root: Path) -> dict[str, tuple[CoverMark, ...]]:
     return {inv_id: tuple(marks) for inv_id, marks in sorted(found.items())}
 
 
-__all__ = ["CoverMark", "discover_tests", "is_negative"]
+__all__ = ["CoverMark", "discover_tests", "has_tests", "is_negative"]

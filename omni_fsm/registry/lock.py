@@ -17,7 +17,7 @@ from omni_fsm.registry.checks import normalize
 from omni_fsm.registry.model import ID_PATTERN, KINDS, LOCK_FILE, Registry
 
 #: the command that issues new IDs, as messages name it
-UPDATE_LOCK = "`.venv/bin/python -m omni_fsm.registry --update-lock`"
+UPDATE_LOCK = "`omni-fsm registry --update-lock`"
 PROMOTIONS = frozenset({("deferred", "checked")})  #: the only kind changes an issued ID may make
 
 

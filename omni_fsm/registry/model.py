@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
+from importlib import resources
 from pathlib import Path
 
 import attrs
@@ -199,7 +200,7 @@ def _item(f: Fields, namespace: str, earlier: Sequence[Item]) -> Item:
 
 
 def load_registry(root: Path | None = None) -> Registry:
-    """Return the registry of ``root/specs`` (default: this checkout); raise ``MalformedInput``."""
+    """Return the registry of ``root/specs`` (default: ``find_root()``); raise ``MalformedInput``."""
     root = find_root() if root is None else root
     contracts_dir = root / CONTRACTS_DIR
     contracts = tuple(load_contract(p, p.relative_to(root).as_posix()) for p in sorted(contracts_dir.glob("*.toml")))
@@ -267,9 +268,17 @@ def _invariant(f: Fields, contracts: Mapping[str, Contract]) -> Invariant:
 
 
 def find_root(start: Path | None = None) -> Path:
-    """Return the checkout holding ``specs/invariants.toml``: ``start`` (cwd) or above, else this package's."""
+    """Return the directory holding ``specs/invariants.toml``: ``start`` (cwd) or above, else ``packaged_root()``."""
     here = (start or Path.cwd()).resolve()
     for candidate in (here, *here.parents):
         if (candidate / REGISTRY_FILE).is_file():
             return candidate
-    return Path(__file__).resolve().parents[1]
+    return packaged_root()
+
+
+def packaged_root() -> Path:
+    """Return the directory whose ``specs/`` this package ships: its checkout (editable), else its ``_data``."""
+    specs = resources.files("omni_fsm") / "_data" / "specs"
+    # In a checkout ``_data/specs`` links to the checkout's ``specs/``, so the parent is the checkout (tests and
+    # docs beside it); in a wheel it is a copy, so the parent is ``_data``. pip unpacks wheels: a directory.
+    return Path(str(specs)).resolve().parent

@@ -13,12 +13,12 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from omni_fsm.invariants import CHECKS, DIFFERENTIAL_CHECKS
-from omni_fsm.registry.covers import CoverMark, discover_tests
+from omni_fsm.registry.covers import CoverMark, discover_tests, has_tests
 from omni_fsm.registry.facts import Facts, RuleFacts, load_facts
 from omni_fsm.registry.model import KINDS, Invariant, Registry, load_registry
 
 DOC_FILE = "docs/traceability.md"
-REGENERATE = ".venv/bin/omni-fsm traceability > docs/traceability.md"
+REGENERATE = "omni-fsm traceability > docs/traceability.md"
 _NAMESPACE_RULE = "— (the registry itself: reserved ranges and `specs/ids.lock`, tests/fsm/test_registry.py)"
 
 
@@ -83,8 +83,8 @@ def _render_facts(reg: Registry, facts: Facts) -> list[str]:
     return out
 
 
-def render(reg: Registry, tests: Mapping[str, Sequence[CoverMark]], facts: Facts) -> str:
-    """Return the traceability document for ``reg``, the discovered ``tests`` and the rules' ``facts``."""
+def render(reg: Registry, tests: Mapping[str, Sequence[CoverMark]] | None, facts: Facts) -> str:
+    """Return the traceability document for ``reg``, the discovered ``tests`` (``None``: not here) and ``facts``."""
     out = [
         "# Invariant traceability",
         "",
@@ -98,6 +98,9 @@ def render(reg: Registry, tests: Mapping[str, Sequence[CoverMark]], facts: Facts
         "no program can check). Tests are the ones marked `@pytest.mark.covers(ID)`; ✗ marks a",
         "negative test: a named fault that makes exactly that invariant fail. The facts each checked rule",
         "judges (`specs/facts.toml`) follow the per-namespace tables.",
+        *([] if tests is not None else
+          ["", "This copy has no `tests/` beside `specs/` (an installed package): the tests column is empty; the",
+           "source checkout's `docs/traceability.md` lists them."]),
         "",
         "| namespace | contract | " + " | ".join(KINDS) + " | total |",
         "| --- | --- | " + " | ".join("---:" for _ in KINDS) + " | ---: |",
@@ -113,7 +116,7 @@ def render(reg: Registry, tests: Mapping[str, Sequence[CoverMark]], facts: Facts
         for inv in sorted((i for i in reg.invariants if i.namespace == contract.namespace), key=lambda i: i.number):
             source = inv.source.section + (" (derived)" if inv.source.derived else "")
             title = _cell(inv.title) + (f" ({', '.join(inv.bugs)})" if inv.bugs else "")
-            covering = _tests_cell(tests.get(inv.id, ())) if inv.kind == "checked" else "—"
+            covering = _tests_cell(tests.get(inv.id, ())) if tests is not None and inv.kind == "checked" else "—"
             out.append(f"| {inv.id} | {title} | {source} | {inv.kind} | {_checks_cell(inv)} | {covering} |")
     out += _render_facts(reg, facts)
     out += ["", "## Contract rules", "", "Each rule of each contract, and the entries that state or refine it.", "",
@@ -126,9 +129,9 @@ def render(reg: Registry, tests: Mapping[str, Sequence[CoverMark]], facts: Facts
 
 
 def generate(root: Path) -> str:
-    """Return the traceability document of the checkout at ``root``."""
+    """Return the traceability document of ``specs/`` at ``root`` (and of the tests beside it, if any)."""
     reg = load_registry(root)
-    return render(reg, discover_tests(root), load_facts(reg))
+    return render(reg, discover_tests(root) if has_tests(root) else None, load_facts(reg))
 
 
 __all__ = ["DOC_FILE", "REGENERATE", "CoverMark", "discover_tests", "generate", "render"]

@@ -147,6 +147,12 @@ def submit_never_dispatched() -> Spec:
                      _drop(Effect.DISPATCH))
 
 
+def length_cap_reported_as_stop() -> Spec:
+    """A running request capped by its length ends as stopped: its terminal's reason is not the one reported."""
+    return edit_rows(lambda r: r.source is S.RUNNING and r.target is S.FINISHED_LENGTH_CAPPED,
+                     lambda r: [attrs.evolve(r, target=S.FINISHED_STOPPED)])
+
+
 def stop_keeps_its_slot() -> Spec:
     """A request that stopped still holds its stage's slot when its state is dropped."""
     return attrs.evolve(SPEC, holds_slot=SPEC.holds_slot | {S.FINISHED_STOPPED})
@@ -159,6 +165,7 @@ BREAKS: dict[str, Callable[[], Spec]] = {
     "ORCH-INV-100": faults.b6_zombie_after_abort,
     "ORCH-INV-101": terminal_never_sent,
     "ORCH-INV-102": message_after_terminal,
+    "ORCH-INV-103": length_cap_reported_as_stop,
     "ORCH-INV-104": every_output_streamed,
     "ORCH-INV-105": parent_ends_on_first_child,
     "ORCH-INV-106": rpc_result_unanswered,

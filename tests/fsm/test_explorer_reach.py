@@ -20,10 +20,9 @@ from .reach_faults import BREAKS
 MONITORED = sorted({c.invariant for c in CHECKS.values()})
 EXPLORABLE = sorted(inv for inv, needs in NEEDS.items() if needs.explorable)
 #: The rules no Spec can break (the explorer varies only the table): judged on traces and runtimes only.
-NOT_BY_ANY_SPEC = ["ORCH-INV-103", "ORCH-INV-107"]
+NOT_BY_ANY_SPEC = ["ORCH-INV-107"]
 #: What the project's default bound (``Bound()``) cannot make fire, and why (the report the explorer prints).
 NOT_AT_DEFAULT = {
-    "ORCH-INV-103": "no Spec breaks it",
     "ORCH-INV-104": "no companions",
     "ORCH-INV-105": "n = 1",
     "ORCH-INV-107": "no Spec breaks it",

@@ -160,6 +160,25 @@ def terminal_never_reaches_consumer() -> Fault:  # B8
     return base, base.without(base.at(ev.AbortDone(1, 0)), terminal)
 
 
+
+def stage_abort_ends_request_failed() -> Fault:
+    """The stage ended the request itself, as aborted (StageAborted), and the client was told it failed: a terminal
+    whose outcome is not the one its cause calls for, provable at that step."""
+    base = run(ONE_AR, ev.Submit(1), ev.Scheduled(1, 0), ev.StageOutput(1, 0, 2), ev.StageAborted(1, 0))
+    i = base.at(ev.StageAborted(1, 0))
+    return base, base.with_step(i, outputs=retouch(base.outputs(i), terminal, outcome=Outcome.FAILED,
+                                                   reason=R.ERROR, cumulative=0))
+
+
+def parent_finishes_after_sample_failed() -> Fault:
+    """An n>1 parent's outcome is the worst of its samples': its last sample failed, yet it ends finished."""
+    base = run(ONE_AR, ev.Submit(1, n=2), ev.Scheduled(2, 0), ev.Scheduled(3, 0), ev.StageFinished(2, 0),
+               ev.StageFailed(3, 0))  # fmt: skip
+    i = base.at(ev.StageFailed(3, 0))
+    return base, base.with_step(i, outputs=retouch(base.outputs(i), terminal, outcome=Outcome.FINISHED,
+                                                   reason=R.STOP))
+
+
 def abort_done_ends_request_as_finished() -> Fault:
     """The physical abort succeeded, the request ended in that step, but as finished: a terminal that does not
     agree with what ended it, provable at that step."""
@@ -191,6 +210,25 @@ def terminal_without_outcome() -> Fault:
     base = success_one_ar()
     i = base.at(ev.StageFinished(1, 0))
     return base, base.with_step(i, outputs=retouch(base.outputs(i), terminal, outcome=None))
+
+
+
+def length_finish_ends_as_stop() -> Fault:  # B13 area: a synthesized stop terminal
+    """The stage reported the request finished by its length cap; the terminal says it stopped."""
+    base = run(ONE_AR, ev.Submit(1), ev.Scheduled(1, 0), ev.StageOutput(1, 0, 2),
+               ev.StageFinished(1, 0, StopKind.LENGTH))
+    i = base.at(ev.StageFinished(1, 0, StopKind.LENGTH))
+    return base, base.with_step(i, outputs=retouch(base.outputs(i), terminal, reason=R.STOP))
+
+
+def sample_length_finish_ends_as_stop() -> Fault:
+    """A sample's end message says stop where its stage reported the length cap."""
+    base = run(ONE_AR, ev.Submit(1, n=2), ev.Scheduled(2, 0), ev.Scheduled(3, 0),
+               ev.StageFinished(2, 0, StopKind.LENGTH), ev.StageFinished(3, 0))  # fmt: skip
+    i = base.at(ev.StageFinished(2, 0, StopKind.LENGTH))
+    outputs = retouch(base.outputs(i), lambda o: isinstance(o, ob.Emitted) and o.sample == 0 and o.outcome is not None,
+                      reason=R.STOP)
+    return base, base.with_step(i, outputs=outputs)
 
 
 def child_message_addressed_to_child() -> Fault:
@@ -231,9 +269,47 @@ def abort_answer_without_caller() -> Fault:
     return base, base.with_step(i, outputs=[ob.AbortAnswered(1, True), *base.outputs(i)])
 
 
+
+def abort_answered_twice() -> Fault:
+    """The one abort is answered twice in the step that commits it (no new abort was asked in between)."""
+    base = abort_one_ar()
+    i = base.at(ev.AbortDone(1, 0))
+    outputs = base.outputs(i)
+    answer = next(n for n, o in enumerate(outputs) if isinstance(o, ob.AbortAnswered))
+    return base, base.with_step(i, outputs=[*outputs[: answer + 1], outputs[answer], *outputs[answer + 1 :]])
+
+
+def rpc_never_answered() -> Fault:
+    """The RPC's result is taken for an unknown call and dropped: its caller waits for good (the end marker)."""
+    base = run(ONE_AR, ev.Control(1, ControlMethod.WAKE_UP), ev.RpcDone(1))
+    return base, base.with_step(1, outputs=[ob.Dropped(-1, "RpcDone", "unknown")])
+
+
 def late_output_not_dropped() -> Fault:  # B3
     base = success_one_ar().then(ev.StageOutput(1, 0), [ob.Dropped(1, "StageOutput", "unknown")])
     return base, base.with_step(len(base.steps) - 1, outputs=[])
+
+
+
+def late_report_drops_another_event() -> Fault:  # B3: the drop does not name the report it dropped
+    base = success_one_ar().then(ev.StageOutput(1, 0), [ob.Dropped(1, "StageOutput", "unknown")])
+    return base, base.with_step(len(base.steps) - 1, outputs=[ob.Dropped(1, "StageFinished", "unknown")])
+
+
+def late_report_turns_engine_dead() -> Fault:  # B10: a late report that is fatal
+    base = abort_one_ar().then(ev.AbortDone(1, 0), [ob.Dropped(1, "AbortDone", "unknown")])
+    i = len(base.steps) - 1
+    return base, base.with_step(i, outputs=[*base.outputs(i), ob.EngineChanged(EngineState.DEAD)])
+
+
+def late_report_ends_neighbour() -> Fault:
+    """The late report of request 1 is dropped, and its step still ends request 5 (and frees its slot)."""
+    base = run(ONE_AR, ev.Submit(1), ev.Submit(5), ev.Scheduled(1, 0), ev.Scheduled(5, 0), ev.StageFinished(1, 0),
+               ev.StageOutput(1, 0), ev.StageFinished(5, 0))  # fmt: skip
+    i = base.at(ev.StageOutput(1, 0))
+    ended = [ob.SlotFreed(5, 0), ob.Emitted(5, 0, 0, 0, finished=True, outcome=Outcome.FAILED, reason=R.ERROR),
+             ob.Released(5)]  # fmt: skip
+    return base, base.with_step(i, outputs=[*base.outputs(i), *ended]).upto(i)
 
 
 def admitted_while_paused() -> Fault:
@@ -359,6 +435,12 @@ def rpc_error_without_exception() -> Fault:
     return base, base.with_step(1, outputs=[ob.RpcAnswered(1, ControlMethod.RESUME_SCHEDULER, False, None)])
 
 
+
+def rpc_error_replaced() -> Fault:  # B11: the worker's exception swallowed into another answer
+    base = run(ONE_AR, ev.Control(1, ControlMethod.SLEEP), ev.RpcFailed(1, "boom"))
+    return base, base.with_step(1, outputs=[ob.RpcAnswered(1, ControlMethod.SLEEP, False, "unsupported")])
+
+
 def _neighbour_ended_by(failure: ev.StageEvent, *rest: ev.Event) -> Fault:
     base = run(ONE_AR, ev.Submit(1), ev.Submit(5), ev.Scheduled(1, 0), ev.Scheduled(5, 0), failure,
                ev.StageFinished(5, 0), *rest)  # fmt: skip
@@ -476,6 +558,20 @@ def runtimes_stop_before_orchestrator() -> Fault:
     return base, base.with_step(i, outputs=[*rest, runtimes, orchestrator])
 
 
+
+def submit_accepted_after_stop() -> Fault:
+    base = _shutdown()
+    return base, base.then(ev.Submit(7), [ob.Submitted(7)]).upto(len(base.steps))
+
+
+def rpc_answered_after_stop() -> Fault:
+    """Shutdown answers the open RPC, but only after the orchestrator stopped."""
+    base = run(ONE_AR, ev.Submit(1), ev.Control(1, ControlMethod.SLEEP), ev.Shutdown())
+    i = base.at(ev.Shutdown())
+    answer = [o for o in base.outputs(i) if isinstance(o, ob.RpcAnswered)]
+    return base, base.with_step(i, outputs=[*(o for o in base.outputs(i) if o not in answer), *answer])
+
+
 def waiting_request_preempted() -> Fault:
     base = success_one_ar()
     accepted: Step = (ev.Preempted(1, 0), [])
@@ -487,6 +583,22 @@ def running_request_back_to_grammar_wait() -> Fault:
     i = base.at(ev.StageOutput(1, 0, 2))
     accepted: Step = (ev.AwaitGrammar(1, 0), [])
     return base, attrs.evolve(base, steps=(*base.steps[: i + 1], accepted, *base.steps[i + 1 :]))
+
+
+
+def scheduled_without_slot() -> Fault:
+    """Scheduled (running), yet no KV slot taken for it: the cache does not follow the status."""
+    base = success_one_ar()
+    i = base.at(ev.Scheduled(1, 0))
+    return base, base.without(i, lambda o: isinstance(o, ob.SlotTaken)).upto(i)
+
+
+def preempted_keeps_slot() -> Fault:
+    """Preempted, yet its KV slot is kept."""
+    base = run(ONE_AR, ev.Submit(1), ev.Scheduled(1, 0), ev.StageOutput(1, 0), ev.Preempted(1, 0), ev.Scheduled(1, 0),
+               ev.StageFinished(1, 0))  # fmt: skip
+    i = base.at(ev.Preempted(1, 0))
+    return base, base.without(i, lambda o: isinstance(o, ob.SlotFreed)).upto(i)
 
 
 def dispatch_without_forward() -> Fault:
@@ -522,12 +634,19 @@ FAULTS = [
                  marks=pytest.mark.covers("ORCH-INV-101")),
     pytest.param(terminal_never_reaches_consumer, id="terminal_never_reaches_consumer",
                  marks=pytest.mark.covers("ORCH-INV-101")),
+    pytest.param(stage_abort_ends_request_failed, id="stage_abort_ends_request_failed",
+                 marks=pytest.mark.covers("ORCH-INV-101")),
+    pytest.param(parent_finishes_after_sample_failed, id="parent_finishes_after_sample_failed",
+                 marks=pytest.mark.covers("ORCH-INV-101")),
     pytest.param(earlier_stage_message_after_later_stage, id="earlier_stage_message_after_later_stage",
                  marks=pytest.mark.covers("ORCH-INV-102")),
     pytest.param(message_after_terminal, id="message_after_terminal", marks=pytest.mark.covers("ORCH-INV-102")),
     pytest.param(empty_final_without_reason, id="empty_final_without_reason",
                  marks=pytest.mark.covers("ORCH-INV-103")),
     pytest.param(terminal_without_outcome, id="terminal_without_outcome", marks=pytest.mark.covers("ORCH-INV-103")),
+    pytest.param(length_finish_ends_as_stop, id="length_finish_ends_as_stop", marks=pytest.mark.covers("ORCH-INV-103")),
+    pytest.param(sample_length_finish_ends_as_stop, id="sample_length_finish_ends_as_stop",
+                 marks=pytest.mark.covers("ORCH-INV-103")),
     pytest.param(child_message_addressed_to_child, id="child_message_addressed_to_child",
                  marks=pytest.mark.covers("ORCH-INV-104")),
     pytest.param(companion_visible_to_client, id="companion_visible_to_client",
@@ -538,7 +657,14 @@ FAULTS = [
     pytest.param(rpc_answers_swapped, id="rpc_answers_swapped", marks=pytest.mark.covers("ORCH-INV-106")),
     pytest.param(abort_answer_without_caller, id="abort_answer_without_caller",
                  marks=pytest.mark.covers("ORCH-INV-106")),
+    pytest.param(abort_answered_twice, id="abort_answered_twice", marks=pytest.mark.covers("ORCH-INV-106")),
+    pytest.param(rpc_never_answered, id="rpc_never_answered", marks=pytest.mark.covers("ORCH-INV-106")),
     pytest.param(late_output_not_dropped, id="late_output_not_dropped", marks=pytest.mark.covers("ORCH-INV-107")),
+    pytest.param(late_report_drops_another_event, id="late_report_drops_another_event",
+                 marks=pytest.mark.covers("ORCH-INV-107")),
+    pytest.param(late_report_turns_engine_dead, id="late_report_turns_engine_dead",
+                 marks=pytest.mark.covers("ORCH-INV-107")),
+    pytest.param(late_report_ends_neighbour, id="late_report_ends_neighbour", marks=pytest.mark.covers("ORCH-INV-107")),
     pytest.param(admitted_while_paused, id="admitted_while_paused", marks=pytest.mark.covers("ORCH-INV-108")),
     pytest.param(submit_while_sleeping_admitted, id="submit_while_sleeping_admitted",
                  marks=pytest.mark.covers("ORCH-INV-108")),
@@ -572,6 +698,7 @@ FAULTS = [
                  marks=pytest.mark.covers("ORCH-INV-205")),
     pytest.param(rpc_error_without_exception, id="rpc_error_without_exception",
                  marks=pytest.mark.covers("ORCH-INV-205")),
+    pytest.param(rpc_error_replaced, id="rpc_error_replaced", marks=pytest.mark.covers("ORCH-INV-205")),
     pytest.param(request_failure_ends_neighbour, id="request_failure_ends_neighbour",
                  marks=pytest.mark.covers("ORCH-INV-206")),
     pytest.param(output_of_one_request_ends_another, id="output_of_one_request_ends_another",
@@ -601,9 +728,13 @@ FAULTS = [
     pytest.param(shutdown_misses_request, id="shutdown_misses_request", marks=pytest.mark.covers("ORCH-INV-211")),
     pytest.param(runtimes_stop_before_orchestrator, id="runtimes_stop_before_orchestrator",
                  marks=pytest.mark.covers("ORCH-INV-300")),
+    pytest.param(submit_accepted_after_stop, id="submit_accepted_after_stop", marks=pytest.mark.covers("ORCH-INV-300")),
+    pytest.param(rpc_answered_after_stop, id="rpc_answered_after_stop", marks=pytest.mark.covers("ORCH-INV-300")),
     pytest.param(waiting_request_preempted, id="waiting_request_preempted", marks=pytest.mark.covers("AR-INV-001")),
     pytest.param(running_request_back_to_grammar_wait, id="running_request_back_to_grammar_wait",
                  marks=pytest.mark.covers("AR-INV-001")),
+    pytest.param(scheduled_without_slot, id="scheduled_without_slot", marks=pytest.mark.covers("AR-INV-001")),
+    pytest.param(preempted_keeps_slot, id="preempted_keeps_slot", marks=pytest.mark.covers("AR-INV-001")),
     pytest.param(dispatch_without_forward, id="dispatch_without_forward", marks=pytest.mark.covers("AR-INV-002")),
     pytest.param(report_from_unassigned_stage_acted_on, id="report_from_unassigned_stage_acted_on",
                  marks=pytest.mark.covers("AR-INV-003")),

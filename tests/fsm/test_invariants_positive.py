@@ -517,11 +517,6 @@ def _without_row(source: ReqState, event: type[ev.Event], target: ReqState | Non
                              lambda r: [])  # fmt: skip
 
 
-def _length_cap_reported_as_stop() -> Spec:
-    return edit_rows(lambda r: r.source is S.RUNNING and r.target is S.FINISHED_LENGTH_CAPPED,
-                     lambda r: [attrs.evolve(r, target=S.FINISHED_STOPPED)])  # fmt: skip
-
-
 def _earlier_final_stage_says_nothing() -> Spec:
     silent = Effect.EMIT_STAGE_FINAL
     return edit_rows(lambda r: r.source is S.RUNNING and r.target is S.WAITING and silent in r.effects,
@@ -544,8 +539,6 @@ WRONG_TABLES = [
                  id="preempted_cannot_reload_kv"),
     pytest.param(_without_row(S.WAITING_FOR_STREAMING_REQ, ev.StageFinished, S.FINISHED_STOPPED),
                  test_a_streaming_session_whose_input_ends_while_parked_finishes, id="parked_stream_cannot_finish"),
-    pytest.param(_length_cap_reported_as_stop, test_ar_scheduling_follows_upstream_status_transitions,
-                 id="length_cap_reported_as_stop"),
     pytest.param(_earlier_final_stage_says_nothing, test_success_through_ar_ar_diffusion_with_an_earlier_final_stage,
                  id="earlier_final_stage_says_nothing"),
 ]  # fmt: skip

@@ -2,7 +2,7 @@
 
 IDs are append-only: ``specs/ids.lock`` holds every issued ID with the hash of its rule text;
 an ID that vanishes or whose rule changes fails here. New IDs are issued with
-``.venv/bin/python -m omni_fsm.registry --update-lock``, which only ever appends.
+``omni-fsm registry --update-lock``, which only ever appends.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from omni_fsm.registry.traceability import discover_tests
 
 ROOT = Path(__file__).resolve().parents[2]
 REGISTRY = load_registry(ROOT)
-UPDATE = "issue new IDs with `.venv/bin/python -m omni_fsm.registry --update-lock`"
+UPDATE = "issue new IDs with `omni-fsm registry --update-lock`"
 
 
 def report(problems: list[str]) -> str:

@@ -10,7 +10,7 @@ DOC = (Path(__file__).resolve().parents[2] / "docs" / "orchestrator.md").read_te
 
 
 @pytest.mark.parametrize("command", ["pytest -p omni_runtime.testing --omni-runtime=",
-                                     "omni-run examples/pipeline.toml --trace out/demo.trace.jsonl",
+                                     "omni-run --trace out/demo.trace.jsonl",
                                      "omni-fsm check out/demo.trace.jsonl"])  # fmt: skip
 def test_orchestrator_doc_names_the_commands(command: str) -> None:
     assert command in DOC

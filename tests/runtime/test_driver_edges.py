@@ -579,19 +579,36 @@ def test_a_closing_task_cancelled_by_someone_else_is_made_again_by_shutdown():
     assert [r.shut for r in replicas] == [True, True]
 
 
-def test_an_abort_after_a_shutdown_that_failed_is_refused_not_left_waiting():
-    def breaks_on_shutdown(event, outputs) -> None:
-        if type(event).__name__ == "Shutdown":
-            raise RuntimeError("hook broke")
+def test_an_abort_after_a_shutdown_that_failed_is_refused_not_left_waiting(monkeypatch):
+    def breaks(self) -> None:
+        raise RuntimeError("shutdown broke")
 
     async def main() -> None:
-        engine = AsyncEngine(_one_ar(), [[Holding()]], on_step=breaks_on_shutdown)
+        engine = AsyncEngine(_one_ar(), [[Holding()]])
         await engine.start()
         rid = engine.submit(Prompt((1,)))
         await asyncio.sleep(0.01)
-        with pytest.raises(OmniRuntimeError, match="hook broke"):
+        monkeypatch.setattr(type(engine.host.orchestrator), "shutdown", breaks)
+        with pytest.raises(OmniRuntimeError, match="shutdown broke"):
             await engine.shutdown()
         with pytest.raises(EngineNotRunning, match="the engine is shut down"):
             await asyncio.wait_for(engine.abort(rid), 5)
 
     asyncio.run(main())
+
+
+def test_a_hook_that_raises_at_shutdown_is_raised_by_shutdown_which_still_completes():
+    def breaks_on_shutdown(event, outputs) -> None:
+        if type(event).__name__ == "Shutdown":
+            raise RuntimeError("hook broke")
+
+    async def main() -> tuple[list[str], bool]:
+        engine = AsyncEngine(_one_ar(), [[Holding()]], on_step=breaks_on_shutdown)
+        await engine.start()
+        rid = engine.submit(Prompt((1,)))
+        await asyncio.sleep(0.01)
+        with pytest.raises(OmniRuntimeError, match="the on_step hook raised RuntimeError: hook broke"):
+            await engine.shutdown()
+        return engine.host.history, await asyncio.wait_for(engine.abort(rid), 5)  # nothing left to abort
+
+    assert asyncio.run(main()) == (["orchestrator stopped", "orchestrator loop ended", "runtime 0/0 shut down"], True)

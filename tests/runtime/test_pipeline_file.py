@@ -22,7 +22,7 @@ from omni_runtime import (
 from omni_runtime.adapters import ADAPTER_KINDS
 from omni_runtime.cli import main
 from omni_runtime.errors import ConfigError
-from omni_runtime.pipeline import parse_pipeline, require_pipeline, simple_pipeline
+from omni_runtime.pipeline import EXAMPLES, example_pipeline, parse_pipeline, require_pipeline, simple_pipeline
 
 AR, DIFF = StageKind.AR, StageKind.DIFFUSION
 ONE = "[[stages]]\nkind = 'ar'\nfinal = true\n"  # a valid one-stage pipeline, lines 1-3
@@ -209,3 +209,19 @@ def test_require_pipeline_names_the_caller(wrong):
 def test_require_pipeline_returns_a_pipeline():
     p = simple_pipeline([AR])
     assert require_pipeline(p, "Engine") is p
+
+
+def test_the_packaged_examples_are_the_checkouts_examples():
+    assert sorted(EXAMPLES) == sorted(p.stem for p in (Path(__file__).resolve().parents[2] / "examples").glob("*.toml"))
+
+
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_each_packaged_example_is_the_checkouts_and_loads(name):
+    path = example_pipeline(name)
+    assert path.read_bytes() == (Path(__file__).resolve().parents[2] / "examples" / f"{name}.toml").read_bytes()
+    assert load_pipeline(path).stages
+
+
+def test_an_unknown_example_names_the_known_ones():
+    with pytest.raises(ConfigError, match=r"no example pipeline 'nope' \(known: pipeline, vllm_pipeline\)"):
+        example_pipeline("nope")
