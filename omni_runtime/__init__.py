@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from omni_fsm import Outcome  # a ClientMessage's outcome: re-exported so that a client needs one import
 from omni_runtime.adapters import INPUT_ADAPTERS, OUTPUT_ADAPTERS, Prompt, Sampling, StageInput
 from omni_runtime.commands import (
     AbortAnswer,
@@ -87,6 +88,7 @@ __all__ = [
     "OmniRuntimeError",
     "OptionError",
     "Orchestrator",
+    "Outcome",
     "Pipeline",
     "PipelineError",
     "Prompt",

@@ -20,13 +20,20 @@ def _token_ids(owner: str) -> Any:
     def check(instance: Any, attribute: Any, value: Any) -> None:
         if value is None and owner == "Prompt":
             return
-        if not isinstance(value, tuple) or not all(isinstance(t, int) and not isinstance(t, bool) for t in value):
-            raise TypeError(f"{owner}.{attribute.name} must be a tuple of ints, not {value!r}")
+        if not isinstance(value, tuple):
+            raise TypeError(f"{owner}.{attribute.name} must be a tuple of ints, not {value!r} "
+                            "(a list of ints is taken too)")  # fmt: skip
+        bad = next(((i, t) for i, t in enumerate(value) if isinstance(t, bool) or not isinstance(t, int)), None)
+        if bad is not None:
+            index, item = bad
+            raise TypeError(f"{owner}.{attribute.name} must be a tuple of ints, not {value!r}: "
+                            f"item {index} is {item!r}, a {type(item).__name__}")  # fmt: skip
 
     return check
 
 
 def _as_tuple(value: Any) -> Any:
+    """Return ``value`` as a tuple if it is a list (token ids come as either), else unchanged (for the validator)."""
     return tuple(value) if isinstance(value, list) else value
 
 

@@ -109,35 +109,10 @@ def sim_factory(spec, stage, replica, rpc_fails):  # type: ignore[no-untyped-def
 # -- the pytest plugin ------------------------------------------------------------------------------
 
 
-def pytest_addoption(parser):  # type: ignore[no-untyped-def]
-    parser.addoption("--omni-runtime", default=None, help="check this runtime factory (package.module:factory)")
-    parser.addoption("--omni-runtime-may-die", action="store_true",
-                     help="the runtime may report its own death (a death excuses what it still owes)")  # fmt: skip
-    parser.addoption("--omni-runtime-kinds", default=None,
-                     help="comma-separated stage kinds the runtime serves, e.g. 'ar' (default: all)")  # fmt: skip
-    parser.addoption("--omni-runtime-seed", default=None, metavar="N|random",
-                     help="draw the kit's examples from seed N ('random': a fresh one), with Hypothesis's example "
-                          "database on; a failure names the seed (default: the same examples every run, no "
-                          "database)")  # fmt: skip
-
-
-def pytest_collection_modifyitems(session, config, items):  # type: ignore[no-untyped-def]
-    spec = config.getoption("--omni-runtime")
-    if spec:
-        from omni_runtime.testing._plugin import ConformanceItem
-
-        try:
-            load_factory(spec)  # a wrong name is a usage error, not a failed test
-            kinds = parse_kinds(config.getoption("--omni-runtime-kinds"))
-            draw_seed = parse_seed(config.getoption("--omni-runtime-seed"))
-        except ValueError as exc:
-            import pytest
-
-            raise pytest.UsageError(str(exc)) from None
-
-        items.append(ConformanceItem.from_parent(session, name=f"omni-runtime-conformance[{spec}]", spec=spec,
-                                                 may_die=config.getoption("--omni-runtime-may-die"),
-                                                 kinds=kinds, draw_seed=draw_seed))  # fmt: skip
+# the pytest hooks: ``omni_runtime.pytest_hooks`` (the registered plugin, which imports no Hypothesis), here too
+# for ``-p omni_runtime.testing`` where plugins are not autoloaded
+from omni_runtime.pytest_hooks import pytest_addoption as pytest_addoption  # noqa: E402
+from omni_runtime.pytest_hooks import pytest_collection_modifyitems as pytest_collection_modifyitems  # noqa: E402
 
 
 def parse_seed(text: str | None) -> int | None:

@@ -1,0 +1,65 @@
+"""Every name the README and docs import from ``omni_runtime`` or ``omni_fsm`` is exported from that package's root.
+
+The names are read from the documents' code blocks (Python blocks and scripts written from shell blocks alike), so
+an example that starts using a new name is checked without this file changing.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import re
+import types
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+PACKAGES = ("omni_runtime", "omni_fsm")
+_BLOCK = re.compile(r"^```[^\n]*\n(.*?)^```", re.S | re.M)
+#: ``from omni_runtime import a, b`` on one line, or parenthesized over several
+_FROM_ROOT = re.compile(r"^[ \t]*(from[ \t]+(?:omni_runtime|omni_fsm)[ \t]+import[ \t]+(?:\([^)]*\)|[^\n]*))", re.M)
+
+
+def _root_imports(text: str) -> list[tuple[str, str]]:
+    """Return the ``(package, name)`` pairs that ``text``'s code blocks import from a package root."""
+    found: list[tuple[str, str]] = []
+    for block in _BLOCK.findall(text):
+        for statement in _FROM_ROOT.findall(block):
+            node = ast.parse(statement).body[0]
+            assert isinstance(node, ast.ImportFrom) and node.module in PACKAGES
+            found += [(node.module, alias.name) for alias in node.names]
+    return found
+
+
+DOCUMENTED = sorted({pair for doc in DOCUMENTS for pair in _root_imports(doc.read_text(encoding="utf-8"))})
+
+
+def test_documents_import_from_both_roots() -> None:
+    # a parser that finds nothing would make every other test here pass vacuously
+    names = {package: {name for p, name in DOCUMENTED if p == package} for package in PACKAGES}
+    assert {"Engine", "Prompt", "simple_pipeline"} <= names["omni_runtime"]
+    assert {"Lifecycle", "Outcome", "StageKind"} <= names["omni_fsm"]
+
+
+@pytest.mark.parametrize(("package", "name"), DOCUMENTED, ids=[f"{p}.{n}" for p, n in DOCUMENTED])
+def test_documented_name_is_exported_from_root(package: str, name: str) -> None:
+    namespace: dict[str, object] = {}
+    exec(f"from {package} import {name}", namespace)
+    if not isinstance(namespace[name], types.ModuleType):  # a submodule (``protocol``, ``events``) is no re-export
+        assert name in importlib.import_module(package).__all__, f"{package}.__all__ lacks {name!r}"
+
+
+def test_parser_reads_parenthesized_and_aliased_imports() -> None:
+    text = "```sh\ncat > x.py <<'PY'\nfrom omni_runtime import (\n    Engine,  # the sync driver\n    Prompt as P,\n)\n"
+    text += "from omni_fsm import events as ev  # the events\nPY\n```\n"
+    assert _root_imports(text) == [("omni_runtime", "Engine"), ("omni_runtime", "Prompt"), ("omni_fsm", "events")]
+
+
+def test_outcome_is_exported_by_the_runtime_as_the_core_defines_it() -> None:
+    from omni_fsm import Outcome as CoreOutcome
+    from omni_runtime import Outcome
+
+    assert Outcome is CoreOutcome
+    assert "Outcome" in importlib.import_module("omni_runtime").__all__
