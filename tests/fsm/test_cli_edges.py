@@ -6,6 +6,7 @@ file behind (or replaces a symlink, a FIFO or a device with one).
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import signal
@@ -15,6 +16,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -58,6 +60,26 @@ def finish(proc: subprocess.Popen[str]) -> tuple[int, str, str]:
     return proc.returncode, out, err
 
 
+def open_writer(fifo: Path, proc: subprocess.Popen[str], timeout: float = 30.0) -> Any:
+    """Open ``fifo`` for writing once ``proc`` opened it for reading; fail (never block) if ``proc`` ends first."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)  # ENXIO while nobody reads
+        except OSError as exc:
+            if exc.errno != errno.ENXIO:
+                raise
+            if proc.poll() is not None:
+                pytest.fail(f"the checker ended (exit {proc.returncode}) before opening its trace: "
+                            f"{proc.communicate()[1][-2000:]}")
+            if time.monotonic() > deadline:
+                pytest.fail("the checker never opened its trace")
+            time.sleep(0.01)
+            continue
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "w")
+
+
 @pytest.fixture
 def fifo(tmp_path: Path) -> Iterator[Path]:
     path = tmp_path / "live.jsonl"
@@ -72,7 +94,7 @@ def fifo(tmp_path: Path) -> Iterator[Path]:
 def test_check_interrupted_says_one_line_and_exits_130(fifo: Path, signum: signal.Signals) -> None:
     proc = subprocess.Popen([*OMNI_FSM, "check", str(fifo)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, preexec_fn=ctrl_c_default)  # fmt: skip
-    with open(fifo, "w") as feed:  # returns once the checker has opened the trace: it is running
+    with open_writer(fifo, proc) as feed:  # once the checker has opened the trace: it is running
         feed.write(HEADER)
         feed.flush()
         time.sleep(0.2)  # the checker reads the header and waits for the next line
