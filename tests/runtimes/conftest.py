@@ -8,7 +8,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-import pytest
+from tests.unavailable import unavailable
 
 _ROOT = Path(__file__).parents[2]
 if str(_ROOT) not in sys.path:
@@ -30,7 +30,4 @@ def require(module: str, install: str) -> None:
     """Skip the calling test module when ``module`` is missing, except under ``CI=true``, where that fails."""
     if importlib.util.find_spec(module) is not None:
         return
-    message = f"{module} is not installed ({install}; `make test` installs it)"
-    if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
-        pytest.fail(f"CI=true: {message}", pytrace=False)
-    pytest.skip(message, allow_module_level=True)
+    unavailable(f"{module} is not installed ({install}; `make test` installs it)", module_level=True)
