@@ -9,6 +9,7 @@ the progress edges it recorded. It never imports the explorer: the explorer impo
 from __future__ import annotations
 
 import time
+from array import array
 from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
@@ -134,7 +135,7 @@ def search(xp: StateSpace, symmetry: bool, liveness: bool, progress: Callable[[i
     ids: dict[tuple[int, ...], int] = {_symmetric(init) if symmetry else init: 0}
     parents: list[tuple[int, int, Step | None]] = [(-1, 0, None)]  # (parent, family, step)
     states: list[tuple[int, ...]] = [init]
-    depths = bytearray(1)  # breadth-first level of each state (bounded explorations are shallow)
+    depths = array("I", [0])  # breadth-first level of each state
     found: dict[str, Counterexample] = {}
     preds: list[list[int]] = [[]]  # progress edges, reversed: who can reach each state
     check_live = liveness and not symmetry
@@ -152,7 +153,7 @@ def search(xp: StateSpace, symmetry: bool, liveness: bool, progress: Callable[[i
         ids[key] = nid
         states.append(nxt)
         parents.append((sid, family, step))
-        depths.append(min(depths[sid] + 1, 255))
+        depths.append(depths[sid] + 1)
         preds.append([])
         if violations:
             bad.add(nid)
@@ -179,7 +180,7 @@ def search(xp: StateSpace, symmetry: bool, liveness: bool, progress: Callable[[i
     sid = 0
     ended_states = 0
     while sid < len(states):  # states are appended in BFS order: the list is the queue
-        if max_states is not None and len(states) >= max_states and sid < len(states):
+        if max_states is not None and len(states) >= max_states:
             stopped = f"--max-states {max_states:,} reached"
             break
         state = states[sid]
@@ -203,23 +204,15 @@ def search(xp: StateSpace, symmetry: bool, liveness: bool, progress: Callable[[i
                     steps = local(gid, state[i])
                 head, tail = rest[: i - 1], rest[i:]
                 for step, g2, f2, violations, prog in steps:
-                    edges += 1
                     if g2 == ESCAPES:  # the reduction cannot compute it alone: on the whole state
                         whole = whole_step(state, i, step)
-                        if whole is None:
-                            edges -= 1
+                        if whole is None:  # the core refused it there: no edge
                             continue
                         nxt, violations = whole
                     else:
                         nxt = (g2, *head, f2, *tail)
-                    key = _symmetric(nxt) if symmetry else nxt
-                    nid = ids.get(key)
-                    if nid is None:
-                        nid = _add(nxt, key, sid, i, step, violations)
-                    elif violations:
-                        _seen_violation(sid, i, step, violations)
-                    if check_live and prog:
-                        preds[nid].append(sid)
+                    edges += 1
+                    _edge(sid, i, step, nxt, violations, prog)
             for step, nxt, violations in engine_successors(state):
                 edges += 1
                 _edge(sid, 0, step, nxt, violations, is_progress(step))
