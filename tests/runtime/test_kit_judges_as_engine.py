@@ -18,6 +18,7 @@ from pathlib import Path
 
 import attrs
 import pytest
+from faulty_runtimes import _Wrapper
 from hypothesis.database import ExampleDatabase
 
 import omni_runtime.testing as kit
@@ -37,34 +38,11 @@ AR = StageSpec(name="s", kind=StageKind.AR, final=True, replicas=1, max_running=
 NO_ROW = r"^AR-INV-001 \(ar_status_follows_upstream\) for \d+: "
 
 
-class _Sim:
+class _Sim(_Wrapper):
     """A calm simulated replica (no faults but RPC errors when asked); subclasses bend one behaviour."""
 
     def __init__(self, spec, stage, replica, rpc_fails=False):
-        self.inner = sim_replica(spec, stage, replica, 1, SimConfig(rpc_error=float(rpc_fails)))
-        self.sink = None
-
-    def bind(self, sink):
-        self.sink = sink
-        self.inner.bind(self.filter)
-
-    def filter(self, report):
-        self.sink(report)
-
-    def add_request(self, req_id, stage_input):
-        self.inner.add_request(req_id, stage_input)
-
-    def abort_requests(self, abort_id, req_ids):
-        self.inner.abort_requests(abort_id, req_ids)
-
-    def control(self, call_id, method, level, tags):
-        self.inner.control(call_id, method, level, tags)
-
-    def step(self):
-        return self.inner.step()
-
-    def shutdown(self):
-        self.inner.shutdown()
+        self._wrap(sim_replica(spec, stage, replica, 1, SimConfig(rpc_error=float(rpc_fails))))
 
 
 class SkipsScheduled(_Sim):
