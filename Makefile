@@ -28,7 +28,29 @@ $(VLLM_STAMP): $(STAMP)
 	$(BIN)/python -c 'import vllm.config' 2>/dev/null || { echo "vLLM does not import after the install"; exit 1; }
 	touch $(VLLM_STAMP)
 
-setup: $(STAMP) $(VLLM_STAMP)
+# diffusers for the diffusion runtime (omni_runtime/runtimes/diffusers): the CPU torch and the transformers it needs
+# come with vLLM's CPU build above, so only diffusers (and its few small needs) is added.
+DIFFUSERS_STAMP := $(VENV)/.diffusers-installed
+$(DIFFUSERS_STAMP): $(VLLM_STAMP)
+	$(BIN)/python -m pip install -q 'diffusers==0.42.1'
+	$(BIN)/python -c 'import diffusers, transformers, torch' || { echo "diffusers does not import after the install"; exit 1; }
+	touch $(DIFFUSERS_STAMP)
+
+# Ray for the Ray runtime (omni_runtime/runtimes/ray: stage replicas in actors across hosts, docs/scale-out.md).
+RAY_STAMP := $(VENV)/.ray-installed
+$(RAY_STAMP): $(STAMP)
+	$(BIN)/python -m pip install -q 'ray==2.60.0'
+	$(BIN)/python -c 'import ray' || { echo "ray does not import after the install"; exit 1; }
+	touch $(RAY_STAMP)
+
+# Headless Chromium (Debian's package) for the browser test of `omni-fsm view`'s pages (tests/fsm/test_view_browser.py),
+# driven by Playwright's Python package (the dev extra) with executable_path: no `playwright install` download.
+CHROMIUM_STAMP := $(VENV)/.chromium-installed
+$(CHROMIUM_STAMP): $(BIN)/python
+	command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq chromium)
+	touch $(CHROMIUM_STAMP)
+
+setup: $(STAMP) $(VLLM_STAMP) $(DIFFUSERS_STAMP) $(RAY_STAMP) $(CHROMIUM_STAMP)
 
 # The main job on the embedded simulator, its trace checked, then the exhaustive exploration.
 # `make demo RUNTIME=vllm`: the two-stage text pipeline on real vLLM engines (installed first), a process per replica.
@@ -38,24 +60,38 @@ demo: $(STAMP) $(VLLM_STAMP)
 	$(BIN)/omni-run examples/vllm_pipeline.toml --runtime vllm --requests 40 --concurrency 8 \
 		--trace out/demo-vllm.trace.jsonl
 	$(BIN)/omni-fsm check out/demo-vllm.trace.jsonl
+else ifeq ($(RUNTIME),ray)
+# `make demo RUNTIME=ray`: the two-stage pipeline with each replica in a Ray actor, on a local cluster of two nodes.
+demo: $(STAMP) $(RAY_STAMP)
+	$(BIN)/python -m omni_runtime.runtimes.ray.local examples/ray_pipeline.toml --requests 100 --concurrency 8 \
+		--trace out/demo-ray.trace.jsonl --no-progress
+	$(BIN)/omni-fsm check out/demo-ray.trace.jsonl
 else ifeq ($(RUNTIME),sim)
+ifeq ($(PIPELINE),text2image)
+# `make demo PIPELINE=text2image`: AR (simulator) -> diffusion (diffusers' tiny pipeline), a few requests aborted and
+# one failed; each image as PNG and an HTML report in out/text2image (docs/diffusion.md), the trace checked.
+demo: $(STAMP) $(DIFFUSERS_STAMP)
+	$(BIN)/python -m omni_runtime.runtimes.diffusers.demo --out out/text2image --requests 12
+	$(BIN)/omni-fsm check out/text2image/trace.jsonl
+else
 demo: $(STAMP)
 	$(BIN)/omni-run examples/pipeline.toml --trace out/demo.trace.jsonl
 	$(BIN)/omni-fsm check out/demo.trace.jsonl
 	$(BIN)/omni-fsm explore --requests 2 --families all --out out
 	$(BIN)/omni-fsm explore --out out
+endif
 else
 demo:
-	@echo "make demo: RUNTIME must be sim or vllm, not '$(RUNTIME)'"; exit 2
+	@echo "make demo: RUNTIME must be sim, vllm or ray, not '$(RUNTIME)'"; exit 2
 endif
 
-test: lint typecheck $(VLLM_STAMP)
+test: lint typecheck $(VLLM_STAMP) $(DIFFUSERS_STAMP) $(RAY_STAMP) $(CHROMIUM_STAMP)
 	$(BIN)/python -m pytest
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
 
-typecheck: $(STAMP) $(VLLM_STAMP)
+typecheck: $(STAMP) $(VLLM_STAMP) $(DIFFUSERS_STAMP) $(RAY_STAMP)
 	$(BIN)/mypy
 
 bench: $(STAMP)

@@ -19,8 +19,15 @@ runs between runs, not inside them (it would bill one side for the other's garba
 ``hook_us_per_cycle`` is the time inside the observation itself: the hook calls counted in the
 run times the hook's cost measured alone, plus the ``take_moves`` calls timed in the run.
 
+Then the Omni scheduler (``OmniScheduler`` with a chunk processor that asks for every token update and sends
+nothing, so its own per-output work runs for every request) against vLLM's ``Scheduler``, fed the same requests and
+outputs, alternated pair by pair the same way; ``omni_ratio`` is the Omni cycle time over upstream's (the larger of
+the two estimates), the largest over the request counts. ``own_us_per_cycle`` is the Omni scheduler's own work
+(its processor hand-off) timed alone, off the cycle clock.
+
 Last line: ``vllm_observer: requests=... bare_ms=... observed_ms=... hook_us_per_cycle=...
-overhead_ratio=...`` (of the case, request count and scheduler, with the largest ratio).
+overhead_ratio=... omni_ratio=...`` (of the case, request count and scheduler, with the largest ratio; omni_ratio
+over every request count).
 """
 
 from __future__ import annotations
@@ -35,6 +42,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import attrs
+
 for key, value in {"HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1",
                    "VLLM_LOGGING_LEVEL": "ERROR"}.items():  # fmt: skip
     os.environ.setdefault(key, value)
@@ -48,6 +57,8 @@ from omni_fsm import StageKind  # noqa: E402
 from omni_runtime import simple_pipeline  # noqa: E402
 from omni_runtime.adapters import StageInput  # noqa: E402
 from omni_runtime.runtimes.vllm import RequestPlan, SchedulerOptions, VllmSchedulerRuntime, build_scheduler  # noqa: E402
+from omni_runtime.runtimes.vllm._config import block_hasher  # noqa: E402
+from omni_runtime.runtimes.vllm.omni_scheduler import OmniScheduler  # noqa: E402
 
 PROMPT = 32
 TOKEN = 7  #: every sampled token (never EOS)
@@ -184,6 +195,86 @@ def _measure(n: int, async_scheduling: bool, pairs: int, cycles: int) -> dict[st
             "running": len(pair.runtime.scheduler.running)}  # fmt: skip
 
 
+class _NoChunks:
+    """A chunk processor that asks for every token update and sends nothing: the Omni scheduler's own work only."""
+
+    requires_token_updates = True
+
+    def __call__(self, request_id: str, token_ids: list[int], payload: Any, finished: bool) -> None:
+        return None
+
+
+class OmniPair:
+    """vLLM's ``Scheduler`` and the Omni scheduler (``OmniScheduler`` with a token-update chunk processor, so its
+    per-output work runs on every request of every cycle), fed the same requests and the same model outputs."""
+
+    def __init__(self, n: int) -> None:
+        options = SchedulerOptions(max_num_seqs=n, num_blocks=n * 8, max_num_batched_tokens=n + 64 * PROMPT)
+        self.n = n
+        self.sides = {"upstream": build_scheduler(options),
+                      "omni": build_scheduler(attrs.evolve(options, scheduler_cls=OmniScheduler))}  # fmt: skip
+        self.sides["omni"].chunk_processor = _NoChunks()  # type: ignore[attr-defined]
+        self.hasher = block_hasher(options.block_size)
+        self.next_id = dict.fromkeys(self.sides, 0)
+        self.own_s, self.own_cycles = 0.0, 0  #: the Omni scheduler's own work, timed apart (off the cycle clock)
+        self.top_up()
+
+    def top_up(self) -> None:
+        """Add requests to each side until it holds ``n`` (off the clock)."""
+        for side, scheduler in self.sides.items():
+            for _ in range(self.n - sum(scheduler.get_request_counts())):
+                i = self.next_id[side]
+                self.next_id[side] += 1
+                params = SamplingParams(max_tokens=_length(i), temperature=0.0)
+                params.update_from_generation_config({}, eos_token_id=2)
+                tokens = [10 + (i + k) % 900 for k in range(PROMPT)]
+                scheduler.add_request(Request(str(i), tokens, params, None, block_hasher=self.hasher))
+
+    def run(self, side: str, cycles: int) -> float:
+        """Return the seconds of ``cycles`` cycles of ``side`` (outputs made and requests added off the clock)."""
+        scheduler, spent = self.sides[side], 0.0
+        for _ in range(cycles):
+            start = time.perf_counter()
+            so = scheduler.schedule()
+            spent += time.perf_counter() - start
+            out = Pair._output(so)
+            start = time.perf_counter()
+            outputs = scheduler.update_from_output(so, out)
+            spent += time.perf_counter() - start
+            if side == "omni":  # the Omni scheduler's own work, timed alone: its processor hand-off once more
+                start = time.perf_counter()
+                scheduler.hand_to_processor(outputs)  # type: ignore[attr-defined]
+                self.own_s += time.perf_counter() - start
+                self.own_cycles += 1
+            self.top_up()
+        return spent
+
+
+def measure_omni(n: int, pairs: int, cycles: int) -> dict[str, Any]:
+    """Return the Omni scheduler's cycle time against vLLM's, alternated pair by pair as ``measure`` does."""
+    gc.disable()
+    try:
+        pair = OmniPair(n)
+        for side in pair.sides:  # warm up: prefill, lazy imports
+            pair.run(side, 3)
+        times: dict[str, list[float]] = {"upstream": [], "omni": []}
+        for k in range(pairs):
+            if k % 16 == 0:
+                gc.collect()
+            for side in ("omni", "upstream") if k % 2 else ("upstream", "omni"):
+                times[side].append(pair.run(side, cycles) / cycles * 1e3)
+    finally:
+        gc.enable()
+    ratios = [o / u for u, o in zip(times["upstream"], times["omni"], strict=True)]
+    pair_ratio = statistics.median(ratios)
+    median_ratio = statistics.median(times["omni"]) / statistics.median(times["upstream"])
+    upstream_ms, omni_ms = statistics.median(times["upstream"]), statistics.median(times["omni"])
+    calls = pair.sides["omni"].chunk_counts.tokens  # type: ignore[attr-defined]
+    return {"requests": n, "upstream_ms": upstream_ms, "omni_ms": omni_ms, "pair_ratio": pair_ratio,
+            "median_ratio": median_ratio, "omni_ratio": max(pair_ratio, median_ratio), "chunk_calls": calls,
+            "own_us_per_cycle": pair.own_s / max(pair.own_cycles, 1) * 1e6}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--pairs", type=int, default=200, help="pairs of runs, at least 11 (default 200)")
@@ -201,10 +292,18 @@ def main(argv: list[str] | None = None) -> int:
               f"median_ratio={r['median_ratio']:.3f} "
               f"hook_calls={r['hook_calls']} hook_call_us={r['hook_call_us']:.3f} "
               f"hook_us_per_cycle={r['hook_us_per_cycle']:.1f}", flush=True)  # fmt: skip
+    omni = []
+    for n in args.requests:
+        r = measure_omni(n, args.pairs, args.cycles)
+        omni.append(r)
+        print(f"omni requests={n} Scheduler: upstream_ms={r['upstream_ms']:.3f} omni_ms={r['omni_ms']:.3f} "
+              f"pair_ratio={r['pair_ratio']:.3f} median_ratio={r['median_ratio']:.3f} "
+              f"chunk_calls={r['chunk_calls']} own_us_per_cycle={r['own_us_per_cycle']:.1f}", flush=True)  # fmt: skip
     worst = max(results, key=lambda r: r["overhead_ratio"])
     print(f"vllm_observer: requests={worst['requests']} bare_ms={worst['bare_ms']:.3f} "
           f"observed_ms={worst['observed_ms']:.3f} hook_us_per_cycle={worst['hook_us_per_cycle']:.1f} "
-          f"overhead_ratio={worst['overhead_ratio']:.3f}")  # fmt: skip
+          f"overhead_ratio={worst['overhead_ratio']:.3f} "
+          f"omni_ratio={max(r['omni_ratio'] for r in omni):.3f}")  # fmt: skip
     return 0
 
 

@@ -1,8 +1,9 @@
 """omni_fsm: the request lifecycle of a multi-stage inference engine as one checked table.
 
 The public API is re-exported here. The trace reader and writer (``TraceWriter``,
-``read_trace`` and the ``Step`` it yields, ``write_trace``, from ``omni_fsm.trace``) are
-re-exported lazily, on first use; the command line (``omni_fsm.cli``), the ``transitions`` reference machine
+``read_trace`` and the ``Step`` it yields, ``write_trace``, from ``omni_fsm.trace``) and the HTML pages
+(``render_trace``, ``render_page`` and its ``Section``, from ``omni_fsm.view``) are re-exported lazily,
+on first use; the command line (``omni_fsm.cli``), the ``transitions`` reference machine
 (``omni_fsm.engine.reference``) and the diagrams (``omni_fsm.cli.diagram``) are imported only by who needs
 them; so ``import omni_fsm`` stays light and free of I/O.
 """
@@ -40,9 +41,11 @@ __version__ = "0.1.0"
 
 if TYPE_CHECKING:  # for type checkers; at run time ``__getattr__`` imports them on first use
     from omni_fsm.trace import Step, TraceWriter, read_trace, write_trace
+    from omni_fsm.view import Section, render_page, render_trace
 
 _LAZY = {"Step": "omni_fsm.trace", "TraceWriter": "omni_fsm.trace", "read_trace": "omni_fsm.trace",
-         "write_trace": "omni_fsm.trace"}
+         "write_trace": "omni_fsm.trace", "Section": "omni_fsm.view", "render_page": "omni_fsm.view",
+         "render_trace": "omni_fsm.view"}
 
 
 def __getattr__(name: str) -> Any:
@@ -84,6 +87,7 @@ __all__ = [
     "ReqState",
     "Role",
     "Row",
+    "Section",
     "Spec",
     "StageKind",
     "Step",
@@ -95,6 +99,8 @@ __all__ = [
     "events",
     "observations",
     "read_trace",
+    "render_page",
+    "render_trace",
     "same_client_streams",
     "write_trace",
 ]

@@ -48,7 +48,8 @@ from omni_runtime.pipeline import (
     require_pipeline,
     simple_pipeline,
 )
-from omni_runtime.protocol import PAUSE_MODES, StageRuntime, StreamingInput
+from omni_runtime.protocol import PAUSE_MODES, RuntimeFactory, StageRuntime, StreamingInput, build_runtimes
+from omni_runtime.results import RequestResult
 from omni_runtime.sync import Engine
 from omni_runtime.text import IncrementalText, Tokenizer
 
@@ -94,9 +95,11 @@ __all__ = [
     "Prompt",
     "RequestFailed",
     "RequestRefused",
+    "RequestResult",
     "RpcAnswer",
     "RpcCall",
     "RpcError",
+    "RuntimeFactory",
     "Sampling",
     "StageInput",
     "StageRuntime",
@@ -105,6 +108,7 @@ __all__ = [
     "StopRuntimes",
     "StreamingInput",
     "Tokenizer",
+    "build_runtimes",
     "example_pipeline",
     "load_pipeline",
     "parse_pipeline",

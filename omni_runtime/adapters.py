@@ -168,10 +168,11 @@ def ar_to_ar(prompt: Prompt, upstream: Any, companions: tuple[Any, ...], text: s
 
 def ar_to_diffusion(prompt: Prompt, upstream: Any, companions: tuple[Any, ...],
                     text: str | None = None) -> StageInput:  # fmt: skip
-    """Return a diffusion stage's conditioning: prior tokens, CFG companions' tokens, image size."""
+    """Return a diffusion stage's conditioning: prior tokens, CFG companions' tokens, image size, and the client's
+    sampling parameters (its seed: the same seed, the same image)."""
     negative = tuple(tuple(c or ()) for c in companions)
     mm = {"prior": tuple(upstream or ()), "negative": negative, "size": (prompt.height, prompt.width)}
-    return StageInput((), mm, None)
+    return StageInput((), mm, None, None, prompt.sampling)
 
 
 def companion_input(prompt: Prompt) -> Prompt:

@@ -18,14 +18,15 @@ from typing import Any, NoReturn
 
 from omni_fsm.cli.interrupt import interruptible
 from omni_runtime.driver import EVENT, POLL
-from omni_runtime.errors import OmniRuntimeError, OptionError, PipelineError
+from omni_runtime.errors import ConfigError, OmniRuntimeError, OptionError, PipelineError
 from omni_runtime.pipeline import Pipeline, example_pipeline, load_pipeline
-from omni_runtime.runtime_names import runtime
+from omni_runtime.protocol import RuntimeFactory, StageRuntime, build_runtimes
+from omni_runtime.runtime_names import load_factory, runtime
 from omni_runtime.workload import DemoReport, WorkloadOptions, replica_deaths, run_demo
 
-RUNTIMES = ("sim", "vllm")
-#: runtime -> the packaged example pipeline ``omni-run`` runs when given none
-EXAMPLE_FOR = {"sim": "pipeline", "vllm": "vllm_pipeline"}
+RUNTIMES = ("sim", "vllm", "diffusers")
+#: runtime -> the packaged example pipeline ``omni-run`` runs when given none (a factory's: the simulator's)
+EXAMPLE_FOR = {"sim": "pipeline", "vllm": "vllm_pipeline", "diffusers": "diffusion_pipeline"}
 
 
 #: A failed run writes no trace: the writer puts the file in place only after its end marker.
@@ -48,6 +49,15 @@ def _rate(text: str) -> float:
         raise argparse.ArgumentTypeError(f"expected a number within [0, 1], got {text!r}") from None
 
 
+def _runtime_name(text: str) -> str:
+    """Return the argparse type of ``--runtime``: a name of ``RUNTIMES``, or a factory's ``package.module:factory``
+    (loaded once the options are read)."""
+    if text in RUNTIMES or ":" in text:
+        return text
+    raise argparse.ArgumentTypeError(f"invalid choice: {text!r} (choose from {', '.join(map(repr, RUNTIMES))}, "
+                                     "or name a factory: package.module:factory)")  # fmt: skip
+
+
 def _argument_error(parser: argparse.ArgumentParser, exc: OptionError) -> NoReturn:
     """Exit as argparse does, naming the options ``exc`` blames (their ``dest`` is the field's name)."""
     flags = ["--" + name.replace("_", "-") for name in exc.names]
@@ -64,9 +74,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("pipeline", nargs="?", default=argparse.SUPPRESS,
                    help="pipeline TOML file (default: the example that ships with the package, "
                         "examples/pipeline.toml, or examples/vllm_pipeline.toml with --runtime vllm)")  # fmt: skip
-    p.add_argument("--runtime", choices=RUNTIMES, default="sim",
-                   help="stage runtime: the simulator, or real vLLM engines (AR stages only), one process per "
-                        "replica, on the model in --model")  # fmt: skip
+    p.add_argument("--runtime", type=_runtime_name, default="sim", metavar="{sim,vllm,diffusers,PKG.MOD:FACTORY}",
+                   help="stage runtime: the simulator; real vLLM engines (AR stages only), one process per "
+                        "replica, on the model in --model; diffusers for the diffusion stages (AR stages on the "
+                        "simulator); or your own, the runtime factory "
+                        "factory(spec, stage, replica, rpc_fails) importable as PKG.MOD:FACTORY from the current "
+                        "directory (see docs/runtime.md)")  # fmt: skip
     p.add_argument("--model", default=None,
                    help="--runtime vllm: the model directory (default: the tiny random-weight Llama, built locally "
                         "once into the user's cache)")  # fmt: skip
@@ -101,7 +114,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         _argument_error(parser, exc)
     try:
         given = vars(args).get("pipeline")
-        pipeline = load_pipeline(example_pipeline(EXAMPLE_FOR[args.runtime]) if given is None else given)
+        example = EXAMPLE_FOR.get(args.runtime, EXAMPLE_FOR["sim"])
+        pipeline = load_pipeline(example_pipeline(example) if given is None else given)
     except PipelineError as exc:
         print(f"omni-run: {exc}", file=sys.stderr)
         return 2
@@ -111,6 +125,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         _argument_error(parser, exc)
     if args.model is not None and args.runtime != "vllm":
         parser.error("argument --model: only --runtime vllm runs a model")
+    factory = None
+    if args.runtime not in RUNTIMES:
+        try:
+            factory = load_factory(args.runtime)
+        except OmniRuntimeError as exc:
+            print(f"omni-run: {exc}", file=sys.stderr)
+            return 2
     progress = None if args.no_progress else _progress_bar(options.requests)
     before = _identity(args.trace)
 
@@ -119,15 +140,29 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     def run() -> int:
         runtimes = None
-        if args.runtime != "sim":
-            try:
+        try:
+            if factory is not None:
+                runtimes = _built(pipeline, args.runtime, factory)
+            elif args.runtime == "diffusers":  # diffusion stages on diffusers, AR stages on the simulator
+                runtimes = runtime(args.runtime)(pipeline)
+            elif args.runtime != "sim":
                 runtimes = runtime(args.runtime)(pipeline, model_dir=args.model)
-            except (OmniRuntimeError, OSError) as exc:
-                print(f"omni-run: {exc}", file=sys.stderr)
-                return 2
+        except (OmniRuntimeError, OSError) as exc:
+            print(f"omni-run: {exc}", file=sys.stderr)
+            return 2
         return _run(pipeline, options, args.trace, progress, runtimes)
 
     return interruptible("omni-run", run, why)
+
+
+def _built(pipeline: Pipeline, name: str, factory: RuntimeFactory[StageRuntime]) -> list[list[StageRuntime]]:
+    """Return ``factory``'s runtimes for ``pipeline``; ``ConfigError`` (one line) for whatever the factory raised."""
+    try:
+        return build_runtimes(pipeline, factory)
+    except ConfigError as exc:
+        raise ConfigError(f"--runtime={name}: {exc}") from None
+    except Exception as exc:  # the factory is the user's code: what it raised is its message, not a traceback
+        raise ConfigError(f"--runtime={name}: the factory raised {type(exc).__name__}: {exc}") from None
 
 
 def _identity(path: str) -> tuple[int, int, int] | None:

@@ -39,6 +39,8 @@ class ClientMessage:
     text: str | None = None
     #: what stopped it (a terminal of ``stop``): the stop string or stop token id; ``None``: EOS or length
     stop_reason: str | int | None = None
+    #: the client's own id of the request (``submit``'s ``request_id``), on every message of it; ``None``: none given
+    request_id: str | None = None
 
 
 @attrs.frozen(slots=True)
@@ -78,11 +80,13 @@ class CommitAbort(Command):
 
 @attrs.frozen(slots=True)
 class AbortAnswer(Command):
-    """Answer abort call ``call_id`` (for request ``rid``): ``ok=False`` means nothing changed, retry."""
+    """Answer abort call ``call_id`` (for request ``rid``, whose client's own id is ``request_id`` if it was open
+    and had one): ``ok=False`` means nothing changed, retry."""
 
     call_id: int
     rid: int
     ok: bool
+    request_id: str | None = None
 
 
 @attrs.frozen(slots=True)

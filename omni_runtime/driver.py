@@ -23,18 +23,19 @@ import asyncio
 import contextlib
 import logging
 from collections import deque
-from collections.abc import AsyncGenerator, Sequence
-from typing import Any
+from collections.abc import AsyncGenerator, Coroutine, Sequence
+from typing import Any, overload
 
 from omni_fsm import SPEC, ControlMethod, Spec
 from omni_runtime import commands as cmd
 from omni_runtime import protocol as rp
 from omni_runtime.adapters import Prompt
 from omni_runtime.commands import ClientMessage
-from omni_runtime.errors import ConfigError, EngineNotRunning, NoProgress, OmniRuntimeError, RpcError
+from omni_runtime.errors import ConfigError, EngineNotRunning, NoProgress, OmniRuntimeError, RequestRefused, RpcError
 from omni_runtime.host import Host, Listener
 from omni_runtime.orchestrator import StepHook
 from omni_runtime.pipeline import Pipeline, require_pipeline
+from omni_runtime.results import RequestResult, request_result
 from omni_runtime.runtime_names import runtime
 from omni_runtime.watchdog import Watchdog, no_progress
 
@@ -44,6 +45,7 @@ _log = logging.getLogger("omni_runtime")
 
 class AsyncEngine:
     """``async for message in engine.generate(prompt)``; a consumer that stops early aborts its request.
+    ``results = await engine.generate([prompt, ...])``: one ``RequestResult`` per prompt, in order.
 
     Listener errors are logged (logger ``omni_runtime``) when they happen and raised by ``shutdown()``.
     ``max_idle_rounds``, ``max_silent_rounds`` and ``max_buffered`` bound waits and mailboxes as ``Engine``'s do.
@@ -342,21 +344,62 @@ class AsyncEngine:
     # -- the client API ---------------------------------------------------------------------------
 
     def submit(self, prompt: Prompt | None = None, n: int = 1, companions: int = 0,
-               listener: Listener | None = None) -> int:  # fmt: skip
-        """Submit; return the id. ``listener`` gets each message synchronously, else read them with ``outputs``.
+               listener: Listener | None = None, *, request_id: str | None = None) -> int:  # fmt: skip
+        """Submit; return the id. ``listener`` gets each message synchronously, else read them with ``outputs``;
+        ``request_id``: your own id for it, on each of its messages (``RequestRefused`` if an open request has it).
 
         Without a listener the messages wait in the request's mailbox until ``outputs(rid)`` reads them.
         """
-        return self.host.submit(Prompt() if prompt is None else prompt, n, companions, listener)
+        return self.host.submit(Prompt() if prompt is None else prompt, n, companions, listener, request_id)
 
-    async def generate(self, prompt: Prompt | None = None, n: int = 1,
-                       companions: int = 0) -> AsyncGenerator[ClientMessage, None]:  # fmt: skip
-        """Yield the request's messages, the terminal last; stopping early (or cancelling) aborts it."""
+    @overload
+    def generate(self, prompt: Prompt | None = None, n: int = 1, companions: int = 0, *,
+                 request_id: str | None = None) -> AsyncGenerator[ClientMessage, None]: ...  # fmt: skip
+    @overload
+    def generate(self, prompt: list[Prompt] | tuple[Prompt, ...], n: int = 1, companions: int = 0, *,
+                 request_ids: Sequence[str | None] | None = None
+                 ) -> Coroutine[Any, Any, list[RequestResult]]: ...  # fmt: skip
+    def generate(self, prompt: Prompt | list[Prompt] | tuple[Prompt, ...] | None = None, n: int = 1,
+                 companions: int = 0, *, request_id: str | None = None, request_ids: Sequence[str | None] | None = None
+                 ) -> AsyncGenerator[ClientMessage, None] | Coroutine[Any, Any, list[RequestResult]]:  # fmt: skip
+        """One prompt: ``async for`` the request's messages, the terminal last; stopping early (or cancelling)
+        aborts it. A list (or tuple) of prompts: ``await`` it for one ``RequestResult`` per prompt, in order (each
+        with ``n`` and ``companions``; prompt ``i`` with ``request_ids[i]``), all submitted before any is awaited;
+        cancelling the await aborts the requests not ended, and so does a wait that gives up (``NoProgress``).
+        """
+        if isinstance(prompt, list | tuple):
+            if request_id is not None:
+                raise RequestRefused("a list of prompts takes request_ids=[...] (one per prompt), not request_id")
+            return self._generate_all(prompt, n, companions, request_ids)
+        if request_ids is not None:
+            raise RequestRefused("one prompt takes request_id=..., not request_ids (that is for a list of prompts)")
+        return self._generate_one(prompt, n, companions, request_id)
+
+    async def _generate_one(self, prompt: Prompt | None, n: int, companions: int,
+                            request_id: str | None) -> AsyncGenerator[ClientMessage, None]:  # fmt: skip
         await self.start()
-        rid = self.submit(prompt, n, companions)
+        rid = self.submit(prompt, n, companions, request_id=request_id)
         async with contextlib.aclosing(self.outputs(rid)) as messages:
             async for message in messages:
                 yield message
+
+    async def _generate_all(self, prompts: Sequence[Prompt], n: int, companions: int,
+                            request_ids: Sequence[str | None] | None) -> list[RequestResult]:  # fmt: skip
+        await self.start()
+        rids = self.host.submit_all(prompts, n, companions, request_ids, [None] * len(prompts))
+        readers = [asyncio.ensure_future(self._read_to_end(rid)) for rid in rids]  # a cancelled one aborts its request
+        try:
+            boxes = await asyncio.gather(*readers)
+        finally:  # one reader raised, or the caller cancelled: the others' requests are aborted too
+            for reader in readers:
+                reader.cancel()
+            await asyncio.gather(*readers, return_exceptions=True)
+        kinds = self.host.pipeline.kinds
+        return [request_result(box, n, kinds) for box in boxes]
+
+    async def _read_to_end(self, rid: int) -> list[ClientMessage]:
+        async with contextlib.aclosing(self.outputs(rid)) as messages:
+            return [message async for message in messages]
 
     async def outputs(self, rid: int) -> AsyncGenerator[ClientMessage, None]:
         """Yield the messages of ``rid`` (submitted without a listener), the terminal last; its mailbox goes with it.

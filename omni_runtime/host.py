@@ -25,7 +25,7 @@ from omni_fsm import SPEC, ControlMethod, EngineState, Outcome, Spec
 from omni_runtime import commands as cmd
 from omni_runtime import protocol as rp
 from omni_runtime.adapters import Prompt
-from omni_runtime.errors import ConfigError, OmniRuntimeError
+from omni_runtime.errors import ConfigError, OmniRuntimeError, RequestRefused
 from omni_runtime.orchestrator import Orchestrator, StepHook
 from omni_runtime.pipeline import Pipeline, require_pipeline
 
@@ -48,9 +48,7 @@ class Host:
         if max_buffered is not None and (not isinstance(max_buffered, int) or isinstance(max_buffered, bool)
                                          or max_buffered < 1):  # fmt: skip
             raise ConfigError(f"max_buffered is an integer >= 1 or None, not {max_buffered!r}")
-        if [len(r) for r in runtimes] != [s.replicas for s in pipeline.stages]:
-            want, got = [s.replicas for s in pipeline.stages], [len(r) for r in runtimes]
-            raise ConfigError(f"need one runtime per replica of every stage: replicas {want}, runtimes {got}")
+        rp.check_runtimes(pipeline, runtimes)  # one line naming the position, before any runtime is bound
         self.pipeline = pipeline
         self.orchestrator = Orchestrator(pipeline, spec=spec, on_step=on_step)
         self.runtimes = [list(r) for r in runtimes]
@@ -99,15 +97,57 @@ class Host:
 
     # -- client calls ----------------------------------------------------------------------
 
-    def submit(self, prompt: Prompt, n: int = 1, companions: int = 0, listener: Listener | None = None) -> int:
-        """Submit; return the request id. Messages go to ``listener`` (called at once) or the mailbox."""
-        rid, out = self.orchestrator.submit(prompt, n, companions)
+    def submit(self, prompt: Prompt, n: int = 1, companions: int = 0, listener: Listener | None = None,
+               request_id: str | None = None) -> int:  # fmt: skip
+        """Submit; return the request id. Messages go to ``listener`` (called at once) or the mailbox; ``request_id``
+        (the client's own id) is on each of them."""
+        rid, out = self.orchestrator.submit(prompt, n, companions, request_id)
         if listener is not None:
             self.listeners[rid] = listener
         else:
             self.mailboxes[rid] = deque()
         self.execute(out)
         return rid
+
+    def submit_all(self, prompts: Sequence[Prompt], n: int, companions: int,
+                   request_ids: Sequence[str | None] | None,
+                   listeners: Sequence[Listener | None]) -> list[int]:  # fmt: skip
+        """Submit every prompt (prompt ``i`` with ``request_ids[i]``, ``listeners[i]``); return their request ids.
+
+        All or none: ``RequestRefused`` for a prompt that is not a ``Prompt`` or streams its input, or a request id
+        taken (by an open request, or twice here), before any is submitted; a refusal after that (the engine
+        died) aborts those submitted already.
+        """
+        if request_ids is None:
+            request_ids = [None] * len(prompts)
+        elif not isinstance(request_ids, list | tuple) or len(request_ids) != len(prompts):
+            what = f"{len(request_ids)} ids" if isinstance(request_ids, list | tuple) else repr(request_ids)[:80]
+            raise RequestRefused(f"request_ids is a list of one id (or None) per prompt: {len(prompts)} prompts, "
+                                 f"{what}")  # fmt: skip
+        given: set[str] = set()
+        for index, (prompt, request_id) in enumerate(zip(prompts, request_ids, strict=True)):
+            if not isinstance(prompt, Prompt):
+                tip = " (token ids go in a Prompt: Prompt([1, 2, 3]))" if isinstance(prompt, int) else ""
+                raise RequestRefused(f"prompt {index} of the list is not an omni_runtime.Prompt but a "
+                                     f"{type(prompt).__name__}: {prompt!r:.80}{tip}")  # fmt: skip
+            if prompt.streaming:
+                raise RequestRefused(f"prompt {index} of the list streams its input: submit it alone and feed it")
+            self.orchestrator.check_request_id(request_id)
+            if request_id in given:
+                raise RequestRefused(f"request id {request_id!r} is given to two prompts of the list")
+            if request_id is not None:
+                given.add(request_id)
+        rids: list[int] = []
+        try:
+            for prompt, request_id, listener in zip(prompts, request_ids, listeners, strict=True):
+                rids.append(self.submit(prompt, n, companions, listener, request_id))
+        except BaseException:
+            for rid in rids:  # nobody will read them: their messages go nowhere
+                self.listeners.pop(rid, None)
+                self.mailboxes.pop(rid, None)
+                self.cancel(rid)
+            raise
+        return rids
 
     def abort(self, rid: int) -> int:
         """Ask to abort ``rid``; return the abort call id (its answer lands in ``abort_answers``)."""

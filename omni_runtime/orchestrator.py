@@ -131,17 +131,24 @@ class Orchestrator:
         self.hook_error: Exception | None = None  #: what ``on_step`` raised (the engine died of it; not called again)
         self.death: str | None = None  #: why the engine died, where that is known (named by its fatal terminals)
         self._loss_causes: dict[tuple[int, int], str] = {}  #: (stage, replica) -> why its ``ReplicaDied`` comes
+        #: the client's own ids of open client requests that have one, both ways (the core keeps int ids)
+        self._request_ids: dict[int, str] = {}
+        self._by_request_id: dict[str, int] = {}
 
     # -- client calls --------------------------------------------------------------------
 
-    def submit(self, prompt: Prompt, n: int = 1, companions: int = 0) -> tuple[int, Commands]:
+    def submit(self, prompt: Prompt, n: int = 1, companions: int = 0,
+               request_id: str | None = None) -> tuple[int, Commands]:  # fmt: skip
         """Submit a request; return its id (ids ``rid+1..`` belong to its samples/companions) and commands.
 
-        Raises ``RequestRefused`` (and changes nothing) for a prompt that is not a ``Prompt``, or a
-        request the lifecycle refuses.
+        ``request_id``: the client's own id for it (as vLLM's), carried by every ``ClientMessage`` of the request
+        and by the answers to its aborts. Raises ``RequestRefused`` (and changes nothing) for a prompt that is not
+        a ``Prompt``, a request id that is not a non-empty str or is an open request's, or a request the
+        lifecycle refuses.
         """
         if not isinstance(prompt, Prompt):
             raise RequestRefused(f"a prompt is an omni_runtime.Prompt, not {type(prompt).__name__}: {prompt!r:.80}")
+        self.check_request_id(request_id)
         if prompt.streaming and n > 1:  # as vLLM: its samples would each wait for an input nobody can feed them
             raise RequestRefused("a streaming-input request has one sample (n=1), as vLLM requires")
         rid = self._next_rid
@@ -149,13 +156,27 @@ class Orchestrator:
         if self.lifecycle.engine.state is EngineState.SLEEPING:  # the lifecycle fails it at once: say why
             route.error = "the engine is sleeping (wake it up first)"
         self.routes[rid] = route
+        if request_id is not None:  # before the lifecycle sees it: a request failed at once has messages too
+            self._request_ids[rid], self._by_request_id[request_id] = request_id, rid
         try:
             out = self._feed(ev.Submit(rid, n, companions))
         except LifecycleError as exc:
             del self.routes[rid]
+            if request_id is not None:
+                del self._request_ids[rid], self._by_request_id[request_id]
             raise self._refusal(exc) from None
         self._next_rid = dependent_id(rid, fanout(n, companions))  # past its own dependents' ids
         return rid, out
+
+    def check_request_id(self, request_id: object) -> None:
+        """Raise ``RequestRefused`` unless ``request_id`` is ``None`` or a non-empty str no open request has."""
+        if request_id is None:
+            return
+        if not isinstance(request_id, str) or not request_id:
+            raise RequestRefused(f"a request id is a non-empty str, not {request_id!r:.80}")
+        holder = self._by_request_id.get(request_id)
+        if holder is not None:
+            raise RequestRefused(f"request id {request_id!r} is in use by open request {holder}")
 
     def abort(self, rid: int) -> tuple[int, Commands]:
         """Ask to abort client request ``rid``; return the abort call id (answered by ``AbortAnswer``)."""
@@ -165,7 +186,7 @@ class Orchestrator:
         call = self._call_id()
         self._abort_callers.setdefault(rid, []).append(call)
         try:
-            out = self._feed(ev.Abort(rid))
+            out = self._feed(ev.Abort(rid, call))
         except LifecycleError as exc:  # refused: this call waits for nothing (others on ``rid`` still do)
             callers = self._abort_callers[rid]
             callers.remove(call)
@@ -264,7 +285,7 @@ class Orchestrator:
             self.stats.unknown_results += 1
             return []
         del self._aborts[report.req_id]
-        return self._feed((ev.AbortDone if report.ok else ev.AbortFailed)(report.req_id, stage))
+        return self._feed((ev.AbortDone if report.ok else ev.AbortFailed)(report.req_id, stage, replica=replica))
 
     def _rpc_report(self, stage: int, replica: int, report: rp.RpcResult) -> Commands:
         return self._rpc_result(report.call_id, (stage, replica), report.error if not report.ok else None)
@@ -281,16 +302,16 @@ class Orchestrator:
                 self.unknown_id_last = (f"{type(report).__name__} under request id {rid!r} ({type(rid).__name__}) "
                                         f"from runtime {stage}/{replica}")  # fmt: skip
             try:
-                event = _event_of(rid, stage, report, kind)
+                event = _event_of(rid, stage, report, kind, replica)
             except _Malformed:
-                event = ev.StageFailed(rid, stage)
+                event = ev.StageFailed(rid, stage, replica=replica)
             return self._feed(event)
         if route.replica != replica:
             self.stats.misrouted += 1
             return []
         if not isinstance(report.seq, int) or isinstance(report.seq, bool):  # outside the protocol: its request fails
             route.error = f"the runtime's {type(report).__name__} has seq {report.seq!r} (an int is needed)"
-            return self._feed(ev.StageFailed(rid, stage))
+            return self._feed(ev.StageFailed(rid, stage, replica=replica))
         if report.seq != route.next_seq:
             if report.seq < route.next_seq or (route.held is not None and report.seq in route.held):
                 self.stats.duplicates += 1
@@ -316,7 +337,7 @@ class Orchestrator:
         before, text_before = route.result, route.text
         self._undo = (rid, route, before, text_before)
         try:
-            event = _event_of(rid, stage, report, kind)
+            event = _event_of(rid, stage, report, kind, route.replica)
             if kind is rp.Output:
                 payload = report.payload  # type: ignore[attr-defined]
                 route.result = self._outputs[stage].accumulate(before, payload)
@@ -337,7 +358,7 @@ class Orchestrator:
             route.result, route.text, self._payload, self._text = before, text_before, None, None
             route.error = str(exc) if isinstance(exc, _Malformed) else (
                 f"the runtime's {type(report).__name__} cannot be taken by its stage: {type(exc).__name__}: {exc}")
-            event = ev.StageFailed(rid, stage)
+            event = ev.StageFailed(rid, stage, replica=route.replica)
         rec = self.lifecycle.records.get(rid)
         self._judged = (rid, report, None if rec is None else rec.state)  # named by a ``Rejected``, if any
         out = self._feed(event)  # a runtime report never raises a LifecycleError: nothing to undo
@@ -373,7 +394,7 @@ class Orchestrator:
             if route is None or (route.stage, route.replica) != (command.stage, command.replica):
                 return []
             route.error = error
-            failed = self._feed(ev.StageFailed(command.rid, command.stage))
+            failed = self._feed(ev.StageFailed(command.rid, command.stage, replica=command.replica))
             if isinstance(command, cmd.FeedInput):  # the runtime holds the session it could not feed: let it go
                 abort_id = self._call_id()
                 self._cleanup_aborts[abort_id] = (command.stage, command.replica)
@@ -385,13 +406,13 @@ class Orchestrator:
             for rid in sorted(command.req_ids):
                 if self._aborts.get(rid) == (command.abort_id, *where):
                     del self._aborts[rid]
-                    out += self._feed(ev.AbortFailed(rid, command.stage))
+                    out += self._feed(ev.AbortFailed(rid, command.stage, replica=command.replica))
                     again = self._aborts.get(rid)
                     if again is not None and again[1:] == where:  # sent again at once: fail it instead
                         del self._aborts[rid]
                         out = [_without(c, rid) for c in out]
                         self.routes[rid].error = f"its physical abort raised: {error}"
-                        out += self._feed(ev.StageFailed(rid, command.stage))
+                        out += self._feed(ev.StageFailed(rid, command.stage, replica=command.replica))
             return [c for c in out if not (isinstance(c, cmd.AbortAt) and not c.req_ids)]
         if isinstance(command, cmd.RpcCall):
             return self._rpc_result(command.call_id, (command.stage, command.replica), error)
@@ -413,7 +434,7 @@ class Orchestrator:
             for rid in bound:
                 if lost is not None and self.routes[rid].error is None:
                     self.routes[rid].error = lost
-                out += self._feed(ev.ReplicaLost(rid, stage))
+                out += self._feed(ev.ReplicaLost(rid, stage, replica=replica))
         for call_id in sorted(self._rpcs):
             if (stage, replica) in self._rpcs[call_id].waiting:
                 out += self._rpc_result(call_id, (stage, replica), "ReplicaDied: replica lost during the RPC")
@@ -423,12 +444,6 @@ class Orchestrator:
 
     def _feed(self, event: ev.Event) -> Commands:
         outputs = self.lifecycle.handle(event)
-        hook_raised = None
-        if self.on_step is not None:
-            try:
-                self.on_step(event, outputs)
-            except Exception as exc:  # outside code: this step's commands still go out, then the engine dies
-                hook_raised = exc
         out: Commands = []
         handlers = _OBSERVATIONS
         for o in outputs:
@@ -438,9 +453,24 @@ class Orchestrator:
         if self._abort_batch is not None:
             self._send_aborts(self._abort_batch, out)
             self._abort_batch = None
+        hook_raised = None
+        if self.on_step is not None:  # after the handlers: each dispatch is bound to its replica now
+            try:
+                self.on_step(event, self._bound(outputs))
+            except Exception as exc:  # outside code: this step's commands still go out, then the engine dies
+                hook_raised = exc
         if hook_raised is not None:
             out += self._hook_raised(event, hook_raised)
         return out
+
+    def _bound(self, outputs: list[ob.Observation]) -> list[ob.Observation]:
+        """Return ``outputs`` with each ``Dispatched`` naming the replica its request was bound to (the core binds
+        none), as the step hook sees them."""
+        routes = self.routes
+        if not any(o.__class__ is ob.Dispatched and o.rid in routes for o in outputs):
+            return outputs
+        return [attrs.evolve(o, replica=routes[o.rid].replica)
+                if o.__class__ is ob.Dispatched and o.rid in routes else o for o in outputs]
 
     def _hook_raised(self, event: ev.Event, exc: Exception) -> Commands:
         """The step hook raised: it is not called again, and the engine dies of it (each open request's fatal
@@ -471,7 +501,8 @@ class Orchestrator:
         self._abort_batch.setdefault((route.stage, route.replica), []).append(o.rid)
 
     def _on_abort_answered(self, o: ob.AbortAnswered, out: Commands) -> None:
-        self._answer_abort(o.rid, o.ok, out)
+        if o.parent is None:  # the client's call (a parent's abort of its dependent waits for no client)
+            self._answer_abort(o.rid, o.ok, out, o.call_id)
 
     def _on_abort_committed(self, o: ob.AbortCommitted, out: Commands) -> None:
         out.append(cmd.CommitAbort(o.rid))
@@ -569,9 +600,11 @@ class Orchestrator:
 
     def _on_emitted(self, o: ob.Emitted, out: Commands) -> None:
         adapter = self._outputs[o.stage]
+        request_id = self._request_ids.get(o.rid) if self._request_ids else None
         if not o.finished and not o.stage_final:  # a partial output (the hot path): what the output being fed carries
             out.append(cmd.Deliver(cmd.ClientMessage(o.rid, o.stage, adapter.delta(self._payload), False, False,
-                                                     o.outcome, None, o.sample, o.cumulative, None, self._text)))
+                                                     o.outcome, None, o.sample, o.cumulative, None, self._text, None,
+                                                     request_id)))  # fmt: skip
             return
         source = self.routes.get(dependent_id(o.rid, o.sample) if o.sample >= 0 else o.rid)
         data: Any = None
@@ -585,11 +618,22 @@ class Orchestrator:
             error = (source.error if source is not None else None) or (o.reason.value if o.reason else None)
         reason = None if o.reason is None else o.reason.value  # the client reads vLLM's strings
         out.append(cmd.Deliver(cmd.ClientMessage(o.rid, o.stage, data, o.finished, o.stage_final, o.outcome, reason,
-                                                 o.sample, o.cumulative, error, text, stop_reason)))  # fmt: skip
+                                                 o.sample, o.cumulative, error, text, stop_reason,
+                                                 request_id)))  # fmt: skip
 
-    def _answer_abort(self, rid: int, ok: bool, out: Commands) -> None:
+    def _answer_abort(self, rid: int, ok: bool, out: Commands, only: int | None = None) -> None:
+        """Answer the abort calls waiting on ``rid`` (``only``: that one call, if it waits)."""
+        request_id = self._request_ids.get(rid)
+        if only is not None:
+            waiting = self._abort_callers.get(rid, [])
+            if only in waiting:
+                waiting.remove(only)
+                if not waiting:
+                    del self._abort_callers[rid]
+                out.append(cmd.AbortAnswer(only, rid, ok, request_id))
+            return
         for call in self._abort_callers.pop(rid, ()):
-            out.append(cmd.AbortAnswer(call, rid, ok))
+            out.append(cmd.AbortAnswer(call, rid, ok, request_id))
 
     def _on_released(self, o: ob.Released, out: Commands) -> None:
         rid = o.rid
@@ -603,6 +647,8 @@ class Orchestrator:
                     parent.error = f"its CFG companion {rid} failed: {route.error}"
         if self._abort_callers:
             self._answer_abort(rid, True, out)  # ended some other way while an abort was pending
+        if self._request_ids and rid in self._request_ids:  # its id is free for a new request
+            del self._by_request_id[self._request_ids.pop(rid)]
 
     def _on_rpc_sent(self, o: ob.RpcSent, out: Commands) -> None:
         _, level, tags = self.lifecycle.engine.pending_rpcs[o.call_id]
@@ -624,7 +670,8 @@ class Orchestrator:
         """Return the sizes of every map the orchestrator keeps (all zero after a drain)."""
         return {"routes": len(self.routes), "records": len(self.lifecycle.records),
                 "aborts": len(self._aborts) + len(self._cleanup_aborts),
-                "abort_callers": len(self._abort_callers), "rpcs": len(self._rpcs)}  # fmt: skip
+                "abort_callers": len(self._abort_callers), "rpcs": len(self._rpcs),
+                "request_ids": len(self._request_ids) + len(self._by_request_id)}  # fmt: skip
 
     def counters(self) -> dict[str, int]:
         """Return what the lifecycle and the orchestrator dropped or failed."""
@@ -692,8 +739,8 @@ class _Malformed(Exception):
     """A per-request report outside the protocol: it fails its request (the message says why)."""
 
 
-def _event_of(rid: int, stage: int, report: rp.RequestReport, kind: type) -> ev.StageEvent:
-    """Return the lifecycle event of a per-request report (``kind``: its protocol class).
+def _event_of(rid: int, stage: int, report: rp.RequestReport, kind: type, replica: int = 0) -> ev.StageEvent:
+    """Return the lifecycle event of a per-request report (``kind``: its protocol class) from ``replica``.
 
     Raises ``_Malformed`` for a report outside the protocol (an unknown status, a token count that
     is not an int >= 0, a stop that is not a ``StopKind``): it fails its request.
@@ -702,20 +749,20 @@ def _event_of(rid: int, stage: int, report: rp.RequestReport, kind: type) -> ev.
         tokens = report.tokens  # type: ignore[attr-defined]
         if (tokens.__class__ is not int and (isinstance(tokens, bool) or not isinstance(tokens, int))) or tokens < 0:
             raise _Malformed(f"runtime reported an Output of {tokens!r} tokens ({type(tokens).__name__}; an int >= 0)")
-        return ev.StageOutput(rid, stage, tokens)
+        return ev.StageOutput(rid, stage, tokens, replica=replica)
     if kind is rp.Finished:
         stop = report.stop  # type: ignore[attr-defined]
         if stop.__class__ is not StopKind:
             raise _Malformed(f"runtime reported a Finished with stop {stop!r} (a StopKind)")
-        return ev.StageFinished(rid, stage, stop)
+        return ev.StageFinished(rid, stage, stop, replica=replica)
     if kind is rp.StatusChanged:
         event = _STATUS_EVENTS.get(report.status)  # type: ignore[attr-defined]
         if event is None:
             raise _Malformed(f"runtime reported an unknown status {report.status!r}")  # type: ignore[attr-defined]
-        return event(rid, stage)
+        return event(rid, stage, replica=replica)
     if kind is rp.Aborted:
-        return ev.StageAborted(rid, stage)
-    return ev.StageFailed(rid, stage)
+        return ev.StageAborted(rid, stage, replica=replica)
+    return ev.StageFailed(rid, stage, replica=replica)
 
 
 def report_event(stage: int, report: rp.RequestReport) -> ev.StageEvent:

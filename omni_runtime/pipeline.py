@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import difflib
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -24,12 +24,17 @@ from omni_runtime.adapters import ADAPTER_KINDS, INPUT_ADAPTERS, SAMPLING_FIELDS
 from omni_runtime.errors import ConfigError, PipelineError
 
 _STAGE_FIELDS: dict[str, type] = {"name": str, "kind": StageKind, "final": bool, "replicas": int, "max_running": int,
-                                  "adapter": str, "max_tokens": int, "steps": int, "sampling": dict}  # fmt: skip
+                                  "adapter": str, "max_tokens": int, "steps": int, "sampling": dict,
+                                  "placement": dict}  # fmt: skip
 _PIPELINE_FIELDS: dict[str, type] = {"name": str, "capacity": int}
 _MINIMUM = {"replicas": 1, "max_running": 1, "max_tokens": 1, "steps": 1, "capacity": 0}
 _MAXIMUM = {"replicas": 1024}  #: a replica is a runtime made at start: more would only exhaust memory
 _TYPE_WORDS = {str: "a string", bool: "true or false", int: "an integer", StageKind: "a StageKind",
                dict: "a table of sampling parameters ([stages.sampling])"}  # fmt: skip
+#: ``[stages.placement]``: where a stage's replicas run, for a runtime that places them (``omni_runtime.runtimes.ray``):
+#: the runtime each replica runs, CPUs and GPUs, custom resources (``{name = amount}``), a node (IP or node id)
+PLACEMENT_FIELDS: dict[str, type | tuple[type, ...]] = {"runtime": str, "num_cpus": (int, float),
+                                                        "num_gpus": (int, float), "resources": dict, "node": str}
 
 
 def _field_problem(fields: dict[str, type], key: str, value: Any) -> str | None:
@@ -38,7 +43,8 @@ def _field_problem(fields: dict[str, type], key: str, value: Any) -> str | None:
     if want is dict and isinstance(value, tuple):  # a StageSpec's sampling overrides, as stored
         value = dict(value) if all(isinstance(p, tuple) and len(p) == 2 for p in value) else value
     if not isinstance(value, want) or (want is int and isinstance(value, bool)):
-        return f"{key} must be {_TYPE_WORDS[want]}, not {value!r}"
+        word = "a table ([stages.placement])" if key == "placement" else _TYPE_WORDS[want]
+        return f"{key} must be {word}, not {value!r}"
     if isinstance(value, int) and want is int and value < _MINIMUM[key]:
         return f"{key} must be at least {_MINIMUM[key]}"
     if isinstance(value, int) and want is int and value > _MAXIMUM.get(key, value):
@@ -49,6 +55,28 @@ def _field_problem(fields: dict[str, type], key: str, value: Any) -> str | None:
         return f"unknown adapter {value!r} (known: {', '.join(sorted(INPUT_ADAPTERS))})"
     if key == "sampling":
         return _sampling_problem(value)
+    if key == "placement":
+        return _placement_problem(value)
+    return None
+
+
+def _placement_problem(placement: Any) -> str | None:
+    """Return why ``placement`` is not a valid ``[stages.placement]`` table (``None``: it is)."""
+    for name, value in placement.items():
+        reason = _unknown(name, PLACEMENT_FIELDS, "placement key")
+        if reason is not None:
+            return reason
+        if name == "resources" and isinstance(value, tuple):  # as stored: (name, amount) pairs
+            value = dict(value)
+        if name in ("runtime", "node"):
+            if not isinstance(value, str) or not value.strip():
+                return f"placement: {name} must be a non-blank string, not {value!r}"
+            continue
+        if name == "resources" and not isinstance(value, dict):
+            return f"placement: resources must be a table of amounts ({{name = amount}}), not {value!r}"
+        for what, amount in (value if name == "resources" else {name: value}).items():
+            if isinstance(amount, bool) or not isinstance(amount, int | float) or amount < 0:
+                return f"placement: {what} must be a number >= 0, not {amount!r}"
     return None
 
 
@@ -66,10 +94,11 @@ def _sampling_problem(overrides: Any) -> str | None:
 
 
 def _overrides(value: Any) -> Any:
-    """Store sampling overrides as sorted (name, value) pairs (hashable; lists as tuples)."""
+    """Store sampling overrides (or a placement) as sorted (name, value) pairs (hashable; lists as tuples, tables
+    as pairs)."""
     if not isinstance(value, dict):
         return value
-    return tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in value.items()))
+    return tuple(sorted((k, tuple(v) if isinstance(v, list) else _overrides(v)) for k, v in value.items()))
 
 
 def _check_field(fields: dict[str, type], owner: str) -> Callable[[Any, Any, Any], None]:
@@ -102,6 +131,8 @@ class StageSpec:
     steps: int = attrs.field(default=4, validator=_stage_field)  #: diffusion: denoising steps (simulator)
     #: AR: sampling parameters that override the request's at this stage (``[stages.sampling]``), as (name, value)
     sampling: tuple[tuple[str, Any], ...] = attrs.field(default=(), converter=_overrides, validator=_stage_field)
+    #: where the replicas run, for a runtime that places them (``[stages.placement]``, ``PLACEMENT_FIELDS``), as pairs
+    placement: tuple[tuple[str, Any], ...] = attrs.field(default=(), converter=_overrides, validator=_stage_field)
 
 
 def _as_tuple(stages: Any) -> Any:
@@ -202,7 +233,7 @@ def simple_pipeline(kinds: Sequence[StageKind], final: Sequence[bool] | None = N
 # -- TOML ----------------------------------------------------------------------------------
 
 #: the packaged example pipelines: ``examples/NAME.toml`` of the checkout, shipped in the wheel
-EXAMPLES = ("pipeline", "vllm_pipeline")
+EXAMPLES = ("pipeline", "vllm_pipeline", "ray_pipeline", "diffusion_pipeline")
 
 
 def example_pipeline(name: str = "pipeline") -> Path:
@@ -255,7 +286,7 @@ def parse_pipeline(text: str, path: str = "<pipeline>") -> Pipeline:
     return Pipeline(stages, head.get("name", "pipeline"), head.get("capacity", 0))
 
 
-def _unknown(key: str, fields: dict[str, type], what: str) -> str | None:
+def _unknown(key: str, fields: Mapping[str, object], what: str) -> str | None:
     if key in fields:
         return None
     close = difflib.get_close_matches(key, fields, n=1)

@@ -10,17 +10,24 @@ AR-INV-003), checked in ``tests/runtime/test_routing_shape.py``.
 Per-request reports carry ``seq``: 0, 1, 2, ... for each request, in the order the runtime
 produced them, so the orchestrator can put delayed or reordered reports back in order and
 recognise duplicates.
+
+A runtime is made by a ``RuntimeFactory``, ``factory(spec, stage, replica, rpc_fails)``: the engines' runtimes
+(``build_runtimes``), ``omni-run --runtime pkg.mod:factory`` and the conformance kit all call that one signature.
+``check_runtimes`` judges the shape of a pipeline's runtimes, ``runtimes[stage][replica]``, where they enter an
+engine. How to write a runtime: ``docs/runtime.md``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 import attrs
 
 from omni_fsm import ControlMethod, IdentityHashedEnum, StopKind
 from omni_runtime.adapters import StageInput
+from omni_runtime.errors import ConfigError
+from omni_runtime.pipeline import Pipeline, StageSpec
 
 
 @attrs.frozen(slots=True)
@@ -171,4 +178,71 @@ class StreamingInput(Protocol):
         """Add the next part of ``req_id``'s streamed input; report ``INPUT_READY`` when it is taken."""
 
 
-RuntimeFactory = Callable[[Any, int, int], StageRuntime]  # (stage spec, stage index, replica) -> runtime
+_R_co = TypeVar("_R_co", bound=StageRuntime, covariant=True)
+_R = TypeVar("_R", bound=StageRuntime)
+#: what a ``StageRuntime`` implements (a missing one is named when a runtime is refused)
+PROTOCOL_METHODS = ("bind", "add_request", "abort_requests", "control", "step", "shutdown")
+
+
+class RuntimeFactory(Protocol[_R_co]):
+    """Makes one replica's runtime: ``factory(spec, stage, replica, rpc_fails)`` (a function or a class).
+
+    ``spec``: the stage's ``StageSpec`` (its kind, ``max_running``, ``max_tokens``...); ``stage``: its index in the
+    pipeline; ``replica``: which of its ``spec.replicas``; ``rpc_fails``: the conformance kit's fault, this replica's
+    workers raise in every control RPC (each ``RpcResult`` carries the error); engines pass ``False``. A factory
+    that cannot serve ``spec`` (a stage kind it lacks) raises ``ConfigError`` saying so.
+    """
+
+    def __call__(self, spec: StageSpec, stage: int, replica: int, rpc_fails: bool, /) -> _R_co: ...
+
+
+def build_runtimes(pipeline: Pipeline, factory: RuntimeFactory[_R]) -> list[list[_R]]:
+    """Return ``factory``'s runtimes for every replica of every stage, ``result[stage][replica]`` (an engine's
+    ``runtimes``); ``ConfigError`` names the call that made something that is not a ``StageRuntime``."""
+    made: list[list[_R]] = []
+    for stage, spec in enumerate(pipeline.stages):
+        made.append([])
+        for replica in range(spec.replicas):
+            runtime = factory(spec, stage, replica, False)
+            _require_runtime(runtime, f"factory(<stage {stage} {spec.name!r}>, {stage}, {replica}, False)", "made")
+            made[-1].append(runtime)
+    return made
+
+
+def check_runtimes(pipeline: Pipeline, runtimes: object) -> None:
+    """Check that ``runtimes`` is ``runtimes[stage][replica]`` for ``pipeline``: one list per stage, one
+    ``StageRuntime`` per replica. Raises ``ConfigError``, one line naming the position and what it wants."""
+    stages = pipeline.stages
+    if not _is_list(runtimes):
+        raise ConfigError(f"runtimes: expected a list of {len(stages)} lists of replicas (runtimes[stage][replica]), "
+                          f"got {_a(runtimes)}")  # fmt: skip
+    assert isinstance(runtimes, Sequence)
+    flat = [i for i, replicas in enumerate(runtimes) if not _is_list(replicas)]
+    if flat:
+        i = flat[0]
+        hint = " (a flat list of runtimes? build_runtimes(pipeline, factory) makes the nested one)"
+        raise ConfigError(f"runtimes[{i}]: expected the list of stage {i}'s replicas, got {_a(runtimes[i])}"
+                          + (hint if isinstance(runtimes[i], StageRuntime) else ""))  # fmt: skip
+    if len(runtimes) != len(stages):
+        raise ConfigError(f"runtimes: expected {len(stages)} stages' lists of replicas (pipeline "
+                          f"{pipeline.name!r}), got {len(runtimes)}")  # fmt: skip
+    for stage, (spec, replicas) in enumerate(zip(stages, runtimes, strict=True)):
+        if len(replicas) != spec.replicas:
+            raise ConfigError(f"runtimes[{stage}]: expected {spec.replicas} replica(s) of stage {stage} "
+                              f"({spec.name!r}), got {len(replicas)}")  # fmt: skip
+        for replica, runtime in enumerate(replicas):
+            _require_runtime(runtime, f"runtimes[{stage}][{replica}]", "is")
+
+
+def _is_list(value: object) -> bool:
+    return isinstance(value, Sequence) and not isinstance(value, str | bytes)
+
+
+def _a(value: object) -> str:
+    return "None" if value is None else f"a {type(value).__name__}"
+
+
+def _require_runtime(runtime: object, where: str, verb: str) -> None:
+    if not isinstance(runtime, StageRuntime):
+        lacks = ", ".join(m for m in PROTOCOL_METHODS if not callable(getattr(runtime, m, None)))
+        raise ConfigError(f"{where} {verb} {_a(runtime)}, not a StageRuntime (it lacks {lacks})")

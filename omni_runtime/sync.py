@@ -18,16 +18,17 @@ between reports (a diffusion sample of many steps, a wait for remote KV blocks).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import Any, overload
 
 from omni_fsm import SPEC, ControlMethod, Spec
 from omni_runtime import protocol as rp
 from omni_runtime.adapters import Prompt
 from omni_runtime.commands import ClientMessage
-from omni_runtime.errors import OmniRuntimeError, RpcError
+from omni_runtime.errors import OmniRuntimeError, RequestRefused, RpcError
 from omni_runtime.host import Host, Listener
 from omni_runtime.orchestrator import StepHook
 from omni_runtime.pipeline import Pipeline, require_pipeline
+from omni_runtime.results import RequestResult, request_result
 from omni_runtime.runtime_names import runtime
 from omni_runtime.watchdog import Watchdog, no_progress
 
@@ -59,9 +60,10 @@ class Engine:
         return self.host.orchestrator
 
     def submit(self, prompt: Prompt | None = None, n: int = 1, companions: int = 0,
-               listener: Listener | None = None) -> int:  # fmt: skip
-        """Submit a request; return its id. ``listener`` gets each message as it comes (else ``outputs``)."""
-        return self.host.submit(Prompt() if prompt is None else prompt, n, companions, listener)
+               listener: Listener | None = None, *, request_id: str | None = None) -> int:  # fmt: skip
+        """Submit a request; return its id. ``listener`` gets each message as it comes (else ``outputs``);
+        ``request_id``: your own id for it, on each of its messages (``RequestRefused`` if an open request has it)."""
+        return self.host.submit(Prompt() if prompt is None else prompt, n, companions, listener, request_id)
 
     def outputs(self, rid: int) -> Iterator[ClientMessage]:
         """Yield the request's messages in order, the terminal last (pumping the runtimes as needed).
@@ -87,9 +89,56 @@ class Engine:
                 self.host.cancel(rid)
                 raise
 
-    def generate(self, prompt: Prompt | None = None, n: int = 1, companions: int = 0) -> list[ClientMessage]:
-        """Submit and return every message of the request, the terminal last."""
-        return list(self.outputs(self.submit(prompt, n, companions)))
+    @overload
+    def generate(self, prompt: Prompt | None = None, n: int = 1, companions: int = 0, *,
+                 request_id: str | None = None) -> list[ClientMessage]: ...  # fmt: skip
+    @overload
+    def generate(self, prompt: list[Prompt] | tuple[Prompt, ...], n: int = 1, companions: int = 0, *,
+                 request_ids: Sequence[str | None] | None = None) -> list[RequestResult]: ...  # fmt: skip
+    def generate(self, prompt: Prompt | list[Prompt] | tuple[Prompt, ...] | None = None, n: int = 1,
+                 companions: int = 0, *, request_id: str | None = None,
+                 request_ids: Sequence[str | None] | None = None
+                 ) -> list[ClientMessage] | list[RequestResult]:  # fmt: skip
+        """One prompt: submit it and return every message of the request, the terminal last. A list (or tuple) of
+        prompts: submit them all (each with ``n`` and ``companions``; prompt ``i`` with ``request_ids[i]``), let
+        them run together, and return one ``RequestResult`` per prompt, in order (as vLLM's ``LLM.generate``).
+
+        A request that is aborted or fails has its result like the others. If the wait gives up (``NoProgress``)
+        the requests not ended are aborted: nothing could read them.
+        """
+        if isinstance(prompt, list | tuple):
+            if request_id is not None:
+                raise RequestRefused("a list of prompts takes request_ids=[...] (one per prompt), not request_id")
+            return self._generate_all(prompt, n, companions, request_ids)
+        if request_ids is not None:
+            raise RequestRefused("one prompt takes request_id=..., not request_ids (that is for a list of prompts)")
+        return list(self.outputs(self.submit(prompt, n, companions, request_id=request_id)))
+
+    def _generate_all(self, prompts: Sequence[Prompt], n: int, companions: int,
+                      request_ids: Sequence[str | None] | None) -> list[RequestResult]:  # fmt: skip
+        boxes: list[list[ClientMessage]] = [[] for _ in prompts]
+        left = len(prompts)
+
+        def listener_for(box: list[ClientMessage]) -> Listener:
+            def listener(message: ClientMessage) -> None:
+                nonlocal left
+                box.append(message)
+                if message.finished:
+                    left -= 1
+
+            return listener
+
+        rids = self.host.submit_all(prompts, n, companions, request_ids, [listener_for(box) for box in boxes])
+        try:
+            self._pump_until(lambda: not left)
+        except BaseException:  # nothing could read the requests that did not end: abort them
+            for rid, box in zip(rids, boxes, strict=True):
+                if not (box and box[-1].finished):
+                    self.host.listeners.pop(rid, None)
+                    self.host.cancel(rid)
+            raise
+        kinds = self.host.pipeline.kinds
+        return [request_result(box, n, kinds) for box in boxes]
 
     def abort(self, rid: int) -> bool:
         """Abort ``rid``; return whether the abort took effect (``False``: the physical abort failed)."""

@@ -1,6 +1,6 @@
 """``omni-fsm``: the command line, a thin shell around the pure core.
 
-One module here per subcommand (``explore``, ``check``, ``diagram``, ``traceability``,
+One module here per subcommand (``explore``, ``check``, ``view``, ``diagram``, ``traceability``,
 ``registry``): its options, its output and its exit codes, around the library it drives.
 ``import omni_fsm`` never imports this package; running it imports every subcommand's module to
 build the parser. Ctrl-C and SIGTERM end any subcommand with one line and exit 130 (a trace or
@@ -24,6 +24,7 @@ from omni_fsm.cli.interrupt import interruptible
 SUBCOMMANDS: dict[str, tuple[str, str, str]] = {
     "explore": ("omni_fsm.cli.explore", "main", "exhaustively explore the lifecycle at a bound"),
     "check": ("omni_fsm.cli.check", "main", "check a JSONL lifecycle trace against the invariants"),
+    "view": ("omni_fsm.cli.view", "main", "render a JSONL lifecycle trace as a self-contained HTML page"),
     "diagram": ("omni_fsm.cli.diagram", "main", "print the lifecycle as a mermaid state diagram"),
     "traceability": ("omni_fsm.cli.traceability", "main", "print docs/traceability.md from specs/"),
     "registry": ("omni_fsm.cli.registry", "main",

@@ -36,7 +36,8 @@ from collections.abc import Callable
 from typing import Any
 
 from omni_fsm.engine.core import Lifecycle
-from omni_fsm.errors import InternalError, LifecycleError
+from omni_fsm.errors import ConfigError, InternalError, LifecycleError
+from omni_fsm.explore.parallel import cores, parallel_search
 from omni_fsm.explore.search import ESCAPES, Counterexample, LocalStep, Report, Successor, rebase, search
 from omni_fsm.explore.world import (
     DEFAULT_FAMILIES,
@@ -121,18 +122,18 @@ class Explorer:
         self._local_abstract: dict[tuple[int, int], list[tuple[Step, Any, int, tuple[Any, ...], bool]]] = {}
         self._engine_steps: dict[int, list[Step]] = {}
         self._stop_kinds = tuple(StopKind) if "finish" in bound.families else ()
-        self.empty_family = self._intern_family(((), ()))
+        self.empty_family = self.intern_family(((), ()))
 
     # -- interning -------------------------------------------------------------------------------
 
-    def _intern_global(self, g: tuple[Any, Any]) -> int:
+    def intern_global(self, g: tuple[Any, Any]) -> int:
         gid = self._gid.get(g)
         if gid is None:
             gid = self._gid[g] = len(self.globals)
             self.globals.append(g)
         return gid
 
-    def _intern_family(self, f: Family) -> int:
+    def intern_family(self, f: Family) -> int:
         fid = self._fid.get(f)
         if fid is None:
             fid = self._fid[f] = len(self.families)
@@ -143,7 +144,7 @@ class Explorer:
         """Return the empty engine's state."""
         lc = Lifecycle(self.kinds, self.final, self.bound.capacity, self.spec)
         mon = Monitor(self.kinds, self.final, self.bound.capacity)
-        gid = self._intern_global((lc.engine.snapshot(), mon.snapshot()[:4]))
+        gid = self.intern_global((lc.engine.snapshot(), mon.snapshot()[:4]))
         return (gid, *(self.empty_family,) * self.bound.requests)
 
     # -- loading families (each at its position) into the scratch core and monitor; running a step ---
@@ -167,12 +168,12 @@ class Explorer:
                      if base <= rid < base + block)
         views = tuple((rid - base, _shift_view(v.snapshot(), -base)) for rid, v in sorted(self.mon.views.items())
                       if base <= rid < base + block)
-        return self._intern_family((recs, views))
+        return self.intern_family((recs, views))
 
     def _save_global(self) -> int:
         m = self.mon
         mg = (m.engine, tuple(m.slots), tuple(sorted(m.rpcs.items(), key=lambda kv: kv[0])), m.stopped)
-        return self._intern_global((self.lc.engine.snapshot(), mg))
+        return self.intern_global((self.lc.engine.snapshot(), mg))
 
     def _run(self, gid: int, fams: tuple[tuple[int, int], ...], event: Step) -> _Run | None:
         """Apply ``event`` (or a macro: a tuple of events, absolute rids) with only ``fams`` loaded.
@@ -225,7 +226,7 @@ class Explorer:
                 got = self.whole_step(state, i, step)
                 if got is not None:
                     out.append((i, step, got[0], got[1], is_progress(step)))
-        for step in self._engine_events(gid):
+        for step in self.engine_events(gid):
             got = self.whole_step(state, 0, step)
             if got is not None:
                 out.append((0, step, got[0], got[1], is_progress(step)))
@@ -269,7 +270,7 @@ class Explorer:
                 return ESCAPES
             eng2 = (*eng[:_ENG_SLOTS], slots, *eng[_ENG_SLOTS + 1 :])
             mg2 = (mg[0], tuple(a + d for a, d in zip(mg[1], dm, strict=True)), *mg[2:])
-            g2 = self._applied[key] = self._intern_global((eng2, mg2))
+            g2 = self._applied[key] = self.intern_global((eng2, mg2))
         return g2
 
     def local(self, gid: int, fid: int) -> list[LocalStep]:
@@ -303,7 +304,7 @@ class Explorer:
         got = self._engine_by_family.get(akey)
         if got is None:
             got = []
-            for step, base in zip(self._engine_events(gid), self._engine_bases(gid), strict=True):
+            for step, base in zip(self.engine_events(gid), self._engine_bases(gid), strict=True):
                 run = self._run(gid, ((0, fid),), step)
                 if run is None or base is None:
                     got.append(None)
@@ -317,10 +318,10 @@ class Explorer:
         return got
 
     def _engine_bases(self, gid: int) -> list[tuple[int, tuple[Any, ...], int] | None]:
-        """Return, per engine step enabled at ``gid`` (in ``_engine_events`` order), its effect with no family."""
+        """Return, per engine step enabled at ``gid`` (in ``engine_events`` order), its effect with no family."""
         bases = self._engine_alone.get(gid)
         if bases is None:
-            runs = [self._run(gid, (), step) for step in self._engine_events(gid)]
+            runs = [self._run(gid, (), step) for step in self.engine_events(gid)]
             bases = self._engine_alone[gid] = [None if run is None else (run[0], run[2], run[3]) for run in runs]
         return bases
 
@@ -329,7 +330,7 @@ class Explorer:
         gid = state[0]
         per_family = [self.engine_local(gid, fid) for fid in state[1:]]
         out: list[tuple[Step, tuple[int, ...], tuple[Any, ...]]] = []
-        for k, (step, base) in enumerate(zip(self._engine_events(gid), self._engine_bases(gid), strict=True)):
+        for k, (step, base) in enumerate(zip(self.engine_events(gid), self._engine_bases(gid), strict=True)):
             if base is None:
                 continue
             new_gid, violations = base[0], list(base[1])
@@ -351,7 +352,7 @@ class Explorer:
                 out.append((step, (new_gid, *fids), tuple(dict.fromkeys(violations)) if violations else ()))
         return out
 
-    def _engine_events(self, gid: int) -> list[Step]:
+    def engine_events(self, gid: int) -> list[Step]:
         steps = self._engine_steps.get(gid)
         if steps is None:
             steps = self._engine_steps[gid] = engine_events(self.bound, self.globals[gid][0])
@@ -423,14 +424,23 @@ def explore(bound: Bound = Bound(),  # noqa: B008 - Bound is frozen: one shared 
             spec: Spec = SPEC, symmetry: bool = False, liveness: bool = True,
             progress: Callable[[int, int, float], None] | None = None,
             on_phase: Callable[[str], None] | None = None, reduction: bool = True,
-            max_states: int | None = None, stop: Callable[[], str | None] | None = None) -> Report:
+            max_states: int | None = None, stop: Callable[[], str | None] | None = None,
+            workers: int = 1) -> Report:
     """Explore every state reachable within ``bound`` on ``spec``; return the report (pure: no I/O).
 
     ``reduction=False`` computes every successor on the whole state. ``max_states`` stops the search once
     it has that many states; ``stop()``, asked every few thousand states, stops it when it returns a reason.
     A search stopped early checks no liveness and says what it covered (``Report.stopped``, ``Report.depth``).
+    ``workers`` > 1 expands states in that many processes (0: one per core), with the same states, edges,
+    counterexamples and verdicts (``omni_fsm.explore.parallel``; the evaluations are summed over the workers).
     """
-    return search(Explorer(bound, spec, reduction), symmetry, liveness, progress, on_phase, max_states, stop)
+    if workers < 0:
+        raise ConfigError(f"workers must be 0 (one per core) or more, got {workers}")
+    xp = Explorer(bound, spec, reduction)
+    count = workers or cores()
+    if count > 1:
+        return parallel_search(xp, count, symmetry, liveness, progress, on_phase, max_states, stop)
+    return search(xp, symmetry, liveness, progress, on_phase, max_states, stop)
 
 
 __all__ = ["DEFAULT_FAMILIES", "FAMILIES", "PROGRESS", "SAMPLE_EVERY", "Bound", "Counterexample", "Explorer",

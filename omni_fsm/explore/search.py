@@ -132,7 +132,7 @@ def search(xp: StateSpace, symmetry: bool, liveness: bool, progress: Callable[[i
     bound = xp.bound
     start = time.perf_counter()
     init = xp.initial()
-    ids: dict[tuple[int, ...], int] = {_symmetric(init) if symmetry else init: 0}
+    ids: dict[tuple[int, ...], int] = {symmetric(init) if symmetry else init: 0}
     parents: list[tuple[int, int, Step | None]] = [(-1, 0, None)]  # (parent, family, step)
     states: list[tuple[int, ...]] = [init]
     depths = array("I", [0])  # breadth-first level of each state
@@ -158,17 +158,17 @@ def search(xp: StateSpace, symmetry: bool, liveness: bool, progress: Callable[[i
         if violations:
             bad.add(nid)
             for inv, msg in violations:
-                found.setdefault(inv, Counterexample(inv, msg, _path(parents, nid, block)))
+                found.setdefault(inv, Counterexample(inv, msg, shortest_path(parents, nid, block)))
         return nid
 
     def _seen_violation(sid: int, family: int, step: Step, violations: tuple[Any, ...]) -> None:
-        last = _flat(rebase(step, (family - 1) * block if family else 0))
+        last = flat_events(rebase(step, (family - 1) * block if family else 0))
         for inv, msg in violations:
-            found.setdefault(inv, Counterexample(inv, msg, (*_path(parents, sid, block), *last)))
+            found.setdefault(inv, Counterexample(inv, msg, (*shortest_path(parents, sid, block), *last)))
 
     def _edge(sid: int, family: int, step: Step, nxt: tuple[int, ...], violations: tuple[Any, ...],
               prog: bool) -> None:
-        key = _symmetric(nxt) if symmetry else nxt
+        key = symmetric(nxt) if symmetry else nxt
         nid = ids.get(key)
         if nid is None:
             nid = _add(nxt, key, sid, family, step, violations)
@@ -189,7 +189,7 @@ def search(xp: StateSpace, symmetry: bool, liveness: bool, progress: Callable[[i
             goals.append(sid)
             ended_states += 1
             for inv, msg in xp.finish_violations(state):  # end-of-history rules
-                found.setdefault(inv, Counterexample(inv, msg, _path(parents, sid, block)))
+                found.setdefault(inv, Counterexample(inv, msg, shortest_path(parents, sid, block)))
         if not reduction:
             for family, step, nxt, violations, prog in xp.full_successors(state):
                 edges += 1
@@ -233,7 +233,7 @@ def search(xp: StateSpace, symmetry: bool, liveness: bool, progress: Callable[[i
     check_live = check_live and stopped is None
     if check_live and on_phase is not None:
         on_phase("checking liveness")
-    stuck = _liveness(len(states), parents, goals, preds, bad, block, report_counts) if check_live else None
+    stuck = liveness_stuck(len(states), parents, goals, preds, bad, block, report_counts) if check_live else None
     seconds = time.perf_counter() - start
     invariants = tuple(sorted({c.invariant for c in CHECKS.values()}))
     return Report(len(states), edges, seconds, invariants, check_live, stuck,
@@ -241,7 +241,7 @@ def search(xp: StateSpace, symmetry: bool, liveness: bool, progress: Callable[[i
                   reduction, dict(xp.calls), xp.verified, ended_states, depths[sid - 1] if sid else 0, stopped)
 
 
-def _symmetric(state: tuple[int, ...]) -> tuple[int, ...]:
+def symmetric(state: tuple[int, ...]) -> tuple[int, ...]:
     return (state[0], *sorted(state[1:]))
 
 
@@ -255,23 +255,29 @@ def rebase(event: Any, base: int) -> Any:
     return attrs.evolve(event, rid=event.rid + base) if base and isinstance(event, ev.RequestEvent) else event
 
 
-def _path(parents: list[tuple[int, int, Step | None]], sid: int, block: int) -> tuple[ev.Event, ...]:
+class Links(Protocol):
+    """The parent links paths are rebuilt from: ``links[sid]`` is (parent, family, step), (-1, 0, None) at the root."""
+
+    def __getitem__(self, sid: int, /) -> tuple[int, int, Step | None]: ...
+
+
+def shortest_path(parents: Links, sid: int, block: int) -> tuple[ev.Event, ...]:
     steps: list[Step] = []
     while sid > 0:
         sid, family, step = parents[sid]
         assert step is not None
         steps.append(rebase(step, (family - 1) * block if family else 0))
-    return tuple(e for step in reversed(steps) for e in _flat(step))
+    return tuple(e for step in reversed(steps) for e in flat_events(step))
 
 
-def _flat(step: Step) -> tuple[ev.Event, ...]:
+def flat_events(step: Step) -> tuple[ev.Event, ...]:
     return step if isinstance(step, tuple) else (step,)
 
 
 # -- liveness ----------------------------------------------------------------------------------------
 
 
-def _liveness(count: int, parents: list[tuple[int, int, Step | None]], goals: list[int],
+def liveness_stuck(count: int, parents: Links, goals: list[int],
               preds: list[list[int]], bad: set[int], block: int,
               tick: Callable[[], None] = lambda: None) -> Counterexample | None:  # fmt: skip
     """Return a shortest path to a state from which no progress path ends every request.
@@ -294,5 +300,5 @@ def _liveness(count: int, parents: list[tuple[int, int, Step | None]], goals: li
     for sid in range(count):  # ids are in BFS order: the first is a shortest one
         if not can_end[sid] and sid not in bad:
             return Counterexample("LIVENESS", "no progress path from here ends every request",
-                                  _path(parents, sid, block))
+                                  shortest_path(parents, sid, block))
     return None

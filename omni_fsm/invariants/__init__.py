@@ -6,13 +6,15 @@
   rules, one module per contract section; ``rules``: which rule judges what, and when.
 - ``monitor``: ``Monitor`` runs the rules over a history, step by step (``check_history``).
 - ``upstream``: vLLM's request-status transitions (AR-INV-001); ``differential``: the checks over
-  two histories (ORCH-INV-303).
+  two histories (ORCH-INV-303); ``payload_rules``: the runtime checks over engine records of stage payloads
+  (AR-INV-300..303, 305).
 """
 
 from __future__ import annotations
 
 from omni_fsm.invariants.differential import DIFFERENTIAL_CHECKS, DifferentialCheck, same_client_streams
 from omni_fsm.invariants.monitor import CHECKS, CheckInfo, Monitor, View, Violation, check_history
+from omni_fsm.invariants.payload_rules import RUNTIME_CHECKS, RuntimeCheck
 
-__all__ = ["CHECKS", "DIFFERENTIAL_CHECKS", "CheckInfo", "DifferentialCheck", "Monitor", "View", "Violation",
-           "check_history", "same_client_streams"]  # fmt: skip
+__all__ = ["CHECKS", "DIFFERENTIAL_CHECKS", "RUNTIME_CHECKS", "CheckInfo", "DifferentialCheck", "Monitor",
+           "RuntimeCheck", "View", "Violation", "check_history", "same_client_streams"]  # fmt: skip

@@ -14,12 +14,29 @@ from omni_fsm.invariants.checks import CHECKS, Violation
 from omni_fsm.invariants.view import View
 from omni_fsm.spec.vocabulary import EngineState, StageKind, pipeline_shape
 
+#: The identities a history may not carry (an older trace's) -> the invariants judged less without them: each
+#: of these rules skips the part that reads it, and ``omni-fsm check`` names them as not observable.
+JUDGED_LESS_WITHOUT: dict[str, tuple[str, ...]] = {
+    "abort_caller": ("ORCH-INV-104", "ORCH-INV-106"),  #: abort call ids, and whether an answer is the parent's
+    "replica": ("ORCH-INV-206", "AR-INV-003"),  #: the replica a request is bound to and a report comes from
+}
+
 
 class Judge:
-    """The facts the rules share (the pipeline, a view per request, the engine) and the violations found."""
+    """The facts the rules share (the pipeline, a view per request, the engine) and the violations found.
 
-    def __init__(self, kinds: Sequence[StageKind], final: Sequence[bool], capacity: int = 1 << 30) -> None:
+    ``blind``: the identities of ``JUDGED_LESS_WITHOUT`` the history does not carry (a version-1 trace's).
+    """
+
+    def __init__(self, kinds: Sequence[StageKind], final: Sequence[bool], capacity: int = 1 << 30,
+                 blind: frozenset[str] = frozenset()) -> None:
+        unknown = blind - JUDGED_LESS_WITHOUT.keys()
+        if unknown:
+            raise ValueError(f"no rule reads the identities {sorted(unknown)}")
         (self.kinds, self.final), self.capacity = pipeline_shape(kinds, final), capacity
+        self.sees_callers = "abort_caller" not in blind  #: abort answers name their call or their parent
+        self.sees_replicas = "replica" not in blind  #: dispatches and reports name their replica
+        self.blind = blind
         self.views: dict[int, View] = {}
         self.engine = EngineState.RUNNING
         self.slots = [0] * len(self.kinds)

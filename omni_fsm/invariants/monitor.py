@@ -50,7 +50,14 @@ from omni_fsm.invariants.checks import (  # the check names, re-exported (``__al
     Violation,
 )
 from omni_fsm.invariants.judge import Judge
-from omni_fsm.invariants.rules import OBSERVATION_RULES, judge_after_stop, judge_end, judge_report, judge_step
+from omni_fsm.invariants.rules import (
+    OBSERVATION_RULES,
+    judge_after_stop,
+    judge_call,
+    judge_end,
+    judge_report,
+    judge_step,
+)
 from omni_fsm.invariants.view import VIEW_FIELDS, View
 from omni_fsm.spec import events as ev
 from omni_fsm.spec import observations as ob
@@ -77,6 +84,8 @@ class Monitor(Judge):
         terminal_rids = [o.rid for o in outputs if isinstance(o, ob.Emitted) and o.finished]
         if isinstance(event, ev.StageEvent):
             judge_report(self, event, outputs, dropped, rejected)
+        elif event.__class__ is ev.Abort and not dropped:  # a client's abort call: owed an answer from now on
+            judge_call(self, event)
         rule_of = OBSERVATION_RULES.get
         for obs in outputs:
             if self.stopped:
@@ -115,9 +124,11 @@ class Monitor(Judge):
 
 def check_history(kinds: Sequence[StageKind], final: Sequence[bool],
                   steps: Iterable[tuple[ev.Event | None, Sequence[ob.Observation]]],
-                  capacity: int = 1 << 30, complete: bool = True) -> list[Violation]:
-    """Judge a whole history; return every violation (end-of-history rules if ``complete``)."""
-    monitor = Monitor(kinds, final, capacity)
+                  capacity: int = 1 << 30, complete: bool = True,
+                  blind: frozenset[str] = frozenset()) -> list[Violation]:
+    """Judge a whole history; return every violation (end-of-history rules if ``complete``; ``blind``: the
+    identities it does not carry, as ``Judge`` takes them)."""
+    monitor = Monitor(kinds, final, capacity, blind)
     for event, outputs in steps:
         monitor.step(event, outputs)
     if complete:

@@ -36,6 +36,8 @@ OBSERVATION_RULES: dict[type, Callable[[Judge, Any], None]] = {
 
 #: a runtime's report about a request at a stage, judged before the step's observations
 judge_report = lifecycle.on_report
+#: a client's abort call the step did not drop, taken in before the step's observations (they may answer it)
+judge_call = lifecycle.on_abort_call
 #: each observation made once the orchestrator stopped, judged before its own rule
 judge_after_stop = shutdown.after_stop
 

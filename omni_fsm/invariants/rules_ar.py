@@ -3,7 +3,7 @@
 AR-INV-001: the AR sub-states a runtime reports follow upstream vLLM's transitions (``upstream``), and the
 KV cache moves with them (a scheduled request holds a slot, a preempted one none).
 AR-INV-002: a request reaches a later stage only through a forward (its input adapter).
-AR-INV-003: a runtime's report is acted on only for the stage the request is assigned to.
+AR-INV-003: a runtime's report is acted on only for the stage and the replica the request is assigned to.
 AR-INV-200: a request's slot (its KV cache) is freed before its state is dropped.
 Each is a judgment the request-state and cleanup rules call at the moment it applies.
 """
@@ -38,6 +38,13 @@ def assigned_work(j: Judge, event: ev.StageEvent, view: View) -> bool:
                                          f"assigned stage is {view.stage}")
         return False
     return True
+
+
+def assigned_replica(j: Judge, event: ev.StageEvent, view: View) -> None:
+    """Judge a runtime's report acted on from a replica other than the one the request is bound to: a worker
+    executes only the work assigned to it."""
+    j.fail(ASSIGNED_WORK, event.rid, f"{type(event).__name__} from replica {event.replica} of stage {event.stage} "
+                                     f"acted on; the request is bound to replica {view.replica}")
 
 
 def upstream_status(j: Judge, event: ev.StageEvent, view: View, rejected: bool) -> None:

@@ -78,6 +78,8 @@ def on_abort_requested(j: Judge, o: ob.AbortRequested) -> None:
     view = j.view(o.rid)
     if view is not None:  # a new abort asked: it is owed its own answer
         view.abort_requested, view.abort_answered = True, False
+        if o.parent is not None and j.sees_callers:  # its parent's: the answer is the parent's, not the client's
+            view.parent_asked = True
 
 
 def on_abort_sent(j: Judge, o: ob.AbortSent) -> None:
@@ -163,6 +165,13 @@ def _family(j: Judge, rid: int) -> set[int]:
         members.update(root_view.children)
         members.update(r for r, v in j.views.items() if v.parent == root)
     return members
+
+
+def lost_other_replica(j: Judge, event: ev.ReplicaLost, view: View) -> None:
+    """Judge a replica's loss acted on for a request bound to another replica: a lost replica ends only the
+    requests bound to it."""
+    j.fail(REQUEST_SCOPED, event.rid, f"ended by the loss of replica {event.replica} of stage {event.stage}; "
+                                      f"it is bound to replica {view.replica}")
 
 
 def after_rpc_failed(j: Judge, event: ev.RpcFailed, outputs: Sequence[ob.Observation], dropped: bool,

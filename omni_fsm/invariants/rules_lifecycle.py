@@ -32,12 +32,13 @@ from omni_fsm.invariants.checks import (
     STAGE_ORDER,
 )
 from omni_fsm.invariants.judge import Judge
-from omni_fsm.invariants.rules_ar import assigned_work, through_adapter, upstream_status
+from omni_fsm.invariants.rules_ar import assigned_replica, assigned_work, through_adapter, upstream_status
 from omni_fsm.invariants.rules_failure import (
     abort_failed,
     aborted_terminal,
     before_terminal,
     finished_terminal,
+    lost_other_replica,
     rpc_error_carried,
 )
 from omni_fsm.invariants.view import View
@@ -81,6 +82,7 @@ def on_dispatched(j: Judge, o: ob.Dispatched) -> None:
     if view is None:
         return
     through_adapter(j, o, view)
+    view.replica = o.replica
     if o.stage == 0 and j.engine in (EngineState.PAUSED, EngineState.SLEEPING):
         j.fail(ADMISSION, o.rid, f"admitted while the engine is {j.engine.value}")
     view.stage, view.forwarded_to, view.generated, view.status = o.stage, -1, 0, up.WAITING
@@ -95,6 +97,11 @@ def on_report(j: Judge, event: ev.StageEvent, outputs: Sequence[ob.Observation],
         return
     if dropped or not assigned_work(j, event, view):
         return
+    if j.sees_replicas and event.replica != view.replica:
+        if isinstance(event, ev.ReplicaLost):
+            lost_other_replica(j, event, view)
+        else:
+            assigned_replica(j, event, view)
     _ends_as_reported(j, event, outputs, view, rejected)
     if isinstance(event, ev.StageOutput):
         view.generated += event.tokens
@@ -258,17 +265,46 @@ def on_rpc_answered(j: Judge, o: ob.RpcAnswered) -> None:
         rpc_error_carried(j, o)
 
 
+def on_abort_call(j: Judge, event: ev.Abort) -> None:
+    """Take in a client's abort call of a known request: it is owed one answer of its call id."""
+    view = j.view(event.rid)
+    if view is not None and j.sees_callers and event.parent is None:
+        view.calls = view.calls | {event.call_id}
+
+
 def on_abort_answered(j: Judge, o: ob.AbortAnswered) -> None:
     view = j.view(o.rid)
-    if view is None or not view.abort_requested:
+    # owed: an abort asked and not yet withdrawn, or (the callers seen) a client's call or the parent's abort still
+    # open; a refused abort answers every caller in turn, and the first answer withdraws the abort
+    if view is None or not (view.abort_requested or view.calls or view.parent_asked):
         j.fail(ANSWERS_CORRELATED, o.rid, "an abort answer with no abort caller")
         return
-    if view.abort_answered:
+    if j.sees_callers:
+        _answers_its_caller(j, o, view)
+    elif view.abort_answered:
         j.fail(ANSWERS_CORRELATED, o.rid, "a second answer to the same abort (no new abort was asked)")
     if o.ok:
         view.abort_answered = True
     else:  # the abort was refused: the request is no longer aborting
         view.abort_requested, view.abort_sent, view.abort_ok = False, -1, False
+
+
+def _answers_its_caller(j: Judge, o: ob.AbortAnswered, view: View) -> None:
+    """Judge an abort answer by its caller: the client's open call of that id (once), or the parent that aborted
+    this dependent; the answer to a parent's abort never reaches the client (ORCH-INV-104)."""
+    if o.parent is None and o.call_id in view.calls:
+        view.calls = view.calls - {o.call_id}
+    elif o.parent is None and view.parent_asked:
+        j.fail(DEPENDENTS_INVISIBLE, o.rid, f"the answer to parent {view.parent}'s abort of its {view.role.value} "
+                                            f"reached the client (as call {o.call_id})")
+        view.parent_asked = False
+    elif o.parent is None:
+        j.fail(ANSWERS_CORRELATED, o.rid, f"an answer to abort call {o.call_id}, which is not open "
+                                          "(answered already, or never made)")
+    elif o.parent == view.parent and view.parent_asked:
+        view.parent_asked = False
+    else:
+        j.fail(ANSWERS_CORRELATED, o.rid, f"an answer owed to parent {o.parent}, which did not abort it")
 
 
 def after_rpc_done(j: Judge, event: ev.RpcDone, outputs: Sequence[ob.Observation]) -> None:
@@ -287,6 +323,9 @@ def rpcs_at_end(j: Judge) -> None:
 
 
 def at_end(j: Judge, rid: int, view: View) -> None:
-    """Judge request ``rid`` at the end of a complete history: a client request got exactly one terminal."""
+    """Judge request ``rid`` at the end of a complete history: a client request got exactly one terminal, and each
+    abort call of it its answer."""
     if view.role is Role.CLIENT and view.terminals != 1:
         j.fail(ONE_TERMINAL, rid, f"{view.terminals} terminals at the end (exactly one expected)")
+    for call in sorted(view.calls):
+        j.fail(ANSWERS_CORRELATED, rid, f"abort call {call} was never answered")

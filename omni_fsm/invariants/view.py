@@ -38,6 +38,9 @@ class View:
     slot: int = -1  #: stage whose slot it holds
     released: bool = False
     while_sleeping: bool = False  #: submitted while the engine slept
+    calls: frozenset[int] = frozenset()  #: the client's abort calls of it not answered yet (kept once released)
+    parent_asked: bool = False  #: its parent aborted it and is owed that answer
+    replica: int = 0  #: the replica of its stage it was last dispatched to
 
     def snapshot(self) -> tuple[Any, ...]:
         """Return the view as a hashable tuple, in ``VIEW_FIELDS`` order."""
@@ -46,7 +49,7 @@ class View:
                 self.generated,
                 self.status, self.last_emit_stage, self.sample_stages, self.terminals, self.abort_requested,
                 self.abort_sent, self.abort_ok, self.abort_answered, self.committed, self.slot, self.released,
-                self.while_sleeping)
+                self.while_sleeping, self.calls, self.parent_asked, self.replica)
 
     @property
     def over(self) -> bool:
@@ -55,9 +58,9 @@ class View:
 
     def settle(self) -> None:
         """Forget what no rule reads once the request's state is dropped (bounded memory)."""
-        keep = (self.role, self.parent, self.terminals)
+        keep = (self.role, self.parent, self.terminals, self.calls)
         self.__init__()  # type: ignore[misc]
-        self.role, self.parent, self.terminals, self.released = (*keep, True)
+        self.role, self.parent, self.terminals, self.calls, self.released = (*keep, True)
 
 
 #: The order of ``View.snapshot()``'s fields (the explorer reads snapshots by these names).

@@ -12,7 +12,7 @@ from collections.abc import Callable, Collection, Sequence
 
 import attrs
 
-from omni_fsm.invariants import CHECKS, DIFFERENTIAL_CHECKS
+from omni_fsm.invariants import CHECKS, DIFFERENTIAL_CHECKS, RUNTIME_CHECKS
 from omni_fsm.registry.model import LOCK_FILE, Invariant, Registry
 
 DERIVED = " Derived: "  #: separates a derived rule's cited sentence from its refinement
@@ -91,13 +91,14 @@ def check_problems(reg: Registry) -> list[str]:
     for inv in reg.invariants:
         for name in inv.checks:
             named.add((inv.id, name))
-            impl = CHECKS.get(name) or DIFFERENTIAL_CHECKS.get(name)
+            impl = CHECKS.get(name) or DIFFERENTIAL_CHECKS.get(name) or RUNTIME_CHECKS.get(name)
             if impl is not None and impl.invariant != inv.id:
                 problems.append(f"{reg.where(inv)}: check {name} implements {impl.invariant}, not {inv.id}")
             elif impl is None and name not in REGISTRY_CHECKS:
                 problems.append(f"{reg.where(inv)}: {inv.id} names an unknown check {name!r}")
     owners = {name: c.invariant for name, c in CHECKS.items()}
     owners.update((name, c.invariant) for name, c in DIFFERENTIAL_CHECKS.items())
+    owners.update((name, c.invariant) for name, c in RUNTIME_CHECKS.items())
     for name, invariant in sorted(owners.items()):
         if (invariant, name) not in named:
             problems.append(f"{reg.path}:0: check {name} ({invariant}) belongs to no entry of that ID")

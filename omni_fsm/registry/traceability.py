@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from omni_fsm.invariants import CHECKS, DIFFERENTIAL_CHECKS
+from omni_fsm.invariants import CHECKS, DIFFERENTIAL_CHECKS, RUNTIME_CHECKS
 from omni_fsm.registry.covers import CoverMark, discover_tests, has_tests
 from omni_fsm.registry.facts import Facts, RuleFacts, load_facts
 from omni_fsm.registry.model import KINDS, Invariant, Registry, load_registry
@@ -37,7 +37,8 @@ def _checks_cell(inv: Invariant) -> str:
     return "<br>".join(f"`{name}`" + _CHECK_KIND.get(name, " (registry)") for name in inv.checks)
 
 
-_CHECK_KIND = {**dict.fromkeys(CHECKS, ""), **dict.fromkeys(DIFFERENTIAL_CHECKS, " (differential)")}
+_CHECK_KIND = {**dict.fromkeys(CHECKS, ""), **dict.fromkeys(DIFFERENTIAL_CHECKS, " (differential)"),
+               **dict.fromkeys(RUNTIME_CHECKS, " (runtime)")}
 
 
 def _tests_cell(marks: Sequence[CoverMark]) -> str:
@@ -93,8 +94,9 @@ def render(reg: Registry, tests: Mapping[str, Sequence[CoverMark]] | None, facts
         "",
         "Every rule of both contracts has an entry in `specs/invariants.toml`. Kinds: **checked** (the",
         "checks named judge it: history checks of `omni_fsm.invariants.CHECKS`, differential checks",
-        "over two runs of `omni_fsm.invariants.DIFFERENTIAL_CHECKS`, or registry checks of",
-        "`omni_fsm.registry`), **deferred** (what will check it is named), **process** (a human act",
+        "over two runs of `omni_fsm.invariants.DIFFERENTIAL_CHECKS`, runtime checks over a real engine's",
+        "records of `omni_fsm.invariants.RUNTIME_CHECKS`, or registry checks of `omni_fsm.registry`),",
+        "**deferred** (what will check it is named), **process** (a human act",
         "no program can check). Tests are the ones marked `@pytest.mark.covers(ID)`; ✗ marks a",
         "negative test: a named fault that makes exactly that invariant fail. The facts each checked rule",
         "judges (`specs/facts.toml`) follow the per-namespace tables.",

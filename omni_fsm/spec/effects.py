@@ -50,16 +50,17 @@ class Effect(IdentityHashedEnum):
     NOTE_CHILD = "note_child"  #: one child fewer; fold its outcome into the parent's
     NOTE_COMPANION = "note_companion"  #: one companion fewer outstanding
     NOTE_COMPANION_LOST = "note_companion_lost"  #: a companion failed: the parent can never resume
-    ACK_ABORT = "ack_abort"  #: the abort request is accepted (observable: abort requested)
+    ACK_ABORT = "ack_abort"  #: the abort is accepted (observable: abort requested); its caller is owed an answer
     REMEMBER_RESUME = "remember_resume"  #: keep the interrupted state for a failed abort
     FOLLOW_INTERRUPTED = "follow_interrupted"  #: move the interrupted state as this table says
     SEND_ABORT = "send_abort"  #: ask the bound stage to abort physically
     COMMIT_ABORT = "commit_abort"  #: commit the abort (only after the physical abort)
-    ANSWER_ABORT_FAILED = "answer_abort_failed"  #: the abort caller learns it failed
+    ANSWER_ABORT_FAILED = "answer_abort_failed"  #: every abort caller learns it failed
     ABORT_CHILDREN = "abort_children"  #: a parent's abort reaches every open child
     ABORT_COMPANIONS = "abort_companions"  #: a parent's abort reaches every open companion
     # terminal entry actions
     EMIT_TERMINAL = "emit_terminal"  #: the one client-visible terminal (children: per sample)
+    ANSWER_OPEN_ABORTS = "answer_open_aborts"  #: abort calls still owed are answered: ok if it ended aborted
     NOTIFY_PARENT = "notify_parent"  #: a child or companion tells its parent it ended
     ABORT_DEPENDENTS = "abort_dependents"  #: open children / companions are aborted
     RELEASE = "release"  #: the record is dropped: no state survives the terminal
@@ -129,14 +130,16 @@ class FanOut:
 
     reach: Reach
     event: type[ev.RequestEvent]
+    #: the event is the acting request's own call (an ``Abort`` naming it as ``parent``): its answer is owed to it
+    by_parent: bool = False
 
 
 #: Every effect that reaches other requests (the child's or companion's notice to its parent is
 #: ``NOTIFY_PARENT``, the one effect that reaches one request up instead of down).
 FAN_OUT: Mapping[Effect, FanOut] = {
-    Effect.ABORT_CHILDREN: FanOut(Reach.DEPENDENTS, ev.Abort),
-    Effect.ABORT_COMPANIONS: FanOut(Reach.DEPENDENTS, ev.Abort),
-    Effect.ABORT_DEPENDENTS: FanOut(Reach.DEPENDENTS, ev.Abort),
+    Effect.ABORT_CHILDREN: FanOut(Reach.DEPENDENTS, ev.Abort, by_parent=True),
+    Effect.ABORT_COMPANIONS: FanOut(Reach.DEPENDENTS, ev.Abort, by_parent=True),
+    Effect.ABORT_DEPENDENTS: FanOut(Reach.DEPENDENTS, ev.Abort, by_parent=True),
     Effect.FAIL_ALL_OPEN: FanOut(Reach.EVERY_OPEN, ev.EngineFailed),
     Effect.ABORT_ALL_OPEN: FanOut(Reach.EVERY_OPEN, ev.ShutdownAbort),
     Effect.ADMIT_HELD: FanOut(Reach.HELD, ev.Admit),
@@ -163,13 +166,13 @@ def fan_out_effect(fan_out: FanOut) -> Fx:
     """Return the request effect that sends ``fan_out.event`` to every request it reaches."""
     make, reach = fan_out.event, fan_out.reach
 
-    crossing = reach in CROSSING
+    crossing, by_parent = reach in CROSSING, fan_out.by_parent
 
     def effect(ctx: Context, rec: Record, event: Any, source: ReqState, out: Out) -> None:
         if crossing:
             ctx.crossed()
         for rid in reached(ctx, rec, reach):
-            ctx.enqueue(make(rid))
+            ctx.enqueue(make(rid, parent=rec.rid) if by_parent else make(rid))  # type: ignore[call-arg]
         if reach is Reach.EVERY_OPEN:
             ctx.drain(out)  # every open request ends before the next effect
 
@@ -268,8 +271,24 @@ def _note_companion_lost(ctx: Context, rec: Record, event: Any, source: ReqState
     rec.worst = ReqState.FINISHED_ERROR
 
 
+def _abort_caller(event: ev.Abort) -> int | None:
+    """Return whom an abort's answer is owed to, as ``Record.abort_calls`` keeps it: the client's call id, or
+    ``None`` for the parent's abort of its dependent."""
+    return event.call_id if event.parent is None else None
+
+
+def _answer_aborts(rec: Record, ok: bool, out: Out) -> None:
+    """Answer every abort call ``rec`` owes (the client's, by call id, then its parent's), and owe none."""
+    for call in sorted(rec.abort_calls, key=lambda c: (c is None, c or 0)):
+        out.append(ob.AbortAnswered(rec.rid, ok, call, None) if call is not None
+                   else ob.AbortAnswered(rec.rid, ok, None, rec.parent))
+    rec.abort_calls = frozenset()
+
+
 def _ack_abort(ctx: Context, rec: Record, event: Any, source: ReqState, out: Out) -> None:
-    out.append(ob.AbortRequested(rec.rid))
+    caller = _abort_caller(event)
+    rec.abort_calls = rec.abort_calls | {caller}
+    out.append(ob.AbortRequested(rec.rid, caller, event.parent))
 
 
 def _remember_resume(ctx: Context, rec: Record, event: Any, source: ReqState, out: Out) -> None:
@@ -282,12 +301,17 @@ def _send_abort(ctx: Context, rec: Record, event: Any, source: ReqState, out: Ou
 
 def _commit_abort(ctx: Context, rec: Record, event: Any, source: ReqState, out: Out) -> None:
     out.append(ob.AbortCommitted(rec.rid))
-    out.append(ob.AbortAnswered(rec.rid, True))
+    _answer_aborts(rec, True, out)
 
 
 def _answer_abort_failed(ctx: Context, rec: Record, event: Any, source: ReqState, out: Out) -> None:
     rec.resume = None
-    out.append(ob.AbortAnswered(rec.rid, False))
+    _answer_aborts(rec, False, out)
+
+
+def _answer_open_aborts(ctx: Context, rec: Record, event: Any, source: ReqState, out: Out) -> None:
+    if rec.abort_calls:  # overtaken (a failure, the engine's death, a shutdown, samples ending otherwise)
+        _answer_aborts(rec, _TERMINAL_TEXT[rec.state][0] is Outcome.ABORTED, out)
 
 
 def _emit_terminal(ctx: Context, rec: Record, event: Any, source: ReqState, out: Out) -> None:
@@ -343,6 +367,7 @@ EFFECTS: dict[Effect, Fx] = {
     Effect.COMMIT_ABORT: _commit_abort,
     Effect.ANSWER_ABORT_FAILED: _answer_abort_failed,
     Effect.EMIT_TERMINAL: _emit_terminal,
+    Effect.ANSWER_OPEN_ABORTS: _answer_open_aborts,
     Effect.NOTIFY_PARENT: _notify_parent,
     Effect.RELEASE: _release,
 }

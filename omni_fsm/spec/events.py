@@ -50,6 +50,8 @@ class StageEvent(RequestEvent):
 
     ORIGIN: ClassVar[Origin] = RUNTIME
     stage: int
+    #: the replica of ``stage`` whose runtime sent the report (keyword only: the subclasses' fields stay positional)
+    replica: int = attrs.field(default=0, kw_only=True)
 
 
 # -- client calls -----------------------------------------------------------------------
@@ -66,9 +68,16 @@ class Submit(RequestEvent):
 
 @attrs.frozen
 class Abort(RequestEvent):
-    """The client (or a parent, for its dependents) asks to abort the request."""
+    """The client (or a parent, for its dependents) asks to abort the request.
+
+    ``call_id`` names the client's abort call, answered by an ``AbortAnswered`` of the same id; ``parent`` is
+    ``None`` for a client's call (always, in a trace) and the parent's id for the abort a parent fans out to its
+    dependent, whose answer is owed to that parent, never to the client.
+    """
 
     ORIGIN: ClassVar[Origin] = CLIENT
+    call_id: int = 0
+    parent: int | None = None
 
 
 # -- runtime reports about one request at one stage ----------------------------------------
@@ -136,7 +145,7 @@ class StageAborted(StageEvent):
 
 @attrs.frozen
 class ReplicaLost(StageEvent):
-    """The replica this request was bound to at ``stage`` died."""
+    """The replica this request was bound to at ``stage`` (``replica``) died."""
 
 
 @attrs.frozen

@@ -30,10 +30,14 @@ class Submitted(Observation):
 
 @attrs.frozen
 class Dispatched(Observation):
-    """Work for ``rid`` is sent to ``stage`` (by the orchestrator: nobody else routes)."""
+    """Work for ``rid`` is sent to ``stage`` (by the orchestrator: nobody else routes), bound to ``replica``.
+
+    The core binds no replica (it says 0); an orchestrator around it names the replica it chose.
+    """
 
     rid: int
     stage: int
+    replica: int = 0
 
 
 @attrs.frozen
@@ -68,7 +72,12 @@ class Emitted(Observation):
 
 @attrs.frozen
 class AbortRequested(Observation):
+    """The abort of ``rid`` is accepted: the client's call ``call_id`` (``parent`` is ``None``), or the abort the
+    parent ``parent`` fans out to its dependent (``call_id`` is ``None``), is owed an ``AbortAnswered``."""
+
     rid: int
+    call_id: int | None = None
+    parent: int | None = None
 
 
 @attrs.frozen
@@ -88,10 +97,16 @@ class AbortCommitted(Observation):
 
 @attrs.frozen
 class AbortAnswered(Observation):
-    """The abort caller of ``rid`` is told the outcome (``ok=False``: retry; nothing changed)."""
+    """The abort caller of ``rid`` is told the outcome (``ok=False``: not aborted; retry, or it ended otherwise).
+
+    The caller is the client's call ``call_id`` when ``parent`` is ``None``, else the parent ``parent`` that
+    aborted its dependent ``rid`` (``call_id`` is then ``None``): such an answer never reaches the client.
+    """
 
     rid: int
     ok: bool
+    call_id: int | None = None
+    parent: int | None = None
 
 
 @attrs.frozen

@@ -27,6 +27,8 @@ class Record:
     resume: ReqState | None = None  #: the state an abort interrupted (restored if it fails)
     worst: ReqState | None = None  #: most severe child outcome (``n>1``); FINISHED_ERROR: a companion lost
     sample: int = 0  #: a child's sample index
+    #: the abort calls owed an answer: the client's call ids, and ``None`` for the parent's abort of a dependent
+    abort_calls: frozenset[int | None] = frozenset()
 
     def snapshot(self) -> tuple[object, ...]:
         """Return the record's fields as a hashable tuple, in ``RECORD_FIELDS`` order (the explorer's state)."""

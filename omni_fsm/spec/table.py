@@ -10,8 +10,9 @@ event type the first row whose guards hold wins, so rows of the same event are i
 The ``transitions`` reference machine, the core's selection, the diagrams and the explorer's
 successor function are all built from ``SPEC``; nothing re-types a transition elsewhere.
 
-Entering any terminal state runs ``ON_TERMINAL`` (emit the one terminal, notify the parent,
-abort open dependents, drop the record), so every terminal path cleans up the same way.
+Entering any terminal state runs ``ON_TERMINAL`` (emit the one terminal, answer the abort calls still
+owed, notify the parent, abort open dependents, drop the record), so every terminal path cleans up the
+same way.
 """
 
 from __future__ import annotations
@@ -72,7 +73,7 @@ def rows_from(source: enum.Enum, *transitions: Transition) -> tuple[Row, ...]:
 
 #: What entering any terminal state runs, in order (one cleanup path for every terminal).
 ON_TERMINAL: tuple[Effect, ...] = (
-    Effect.EMIT_TERMINAL, Effect.NOTIFY_PARENT, Effect.ABORT_DEPENDENTS, Effect.RELEASE,
+    Effect.EMIT_TERMINAL, Effect.ANSWER_OPEN_ABORTS, Effect.NOTIFY_PARENT, Effect.ABORT_DEPENDENTS, Effect.RELEASE,
 )
 
 #: The request lifecycle, in match order.
@@ -291,7 +292,7 @@ REQUEST_ROWS: tuple[Row, ...] = (
            effects=(Effect.NOTE_CHILD,)),
         on(ev.ChildEnded, to=ReqState.FINISHED_STOPPED, when=("last_child", "children_fold_to_finished_stopped"),
            effects=(Effect.NOTE_CHILD,)),
-        on(ev.Abort, to=ReqState.ABORTING_CHILDREN),
+        on(ev.Abort, to=ReqState.ABORTING_CHILDREN, effects=(Effect.ACK_ABORT,)),  # one more caller, owed its answer
         on(ev.EngineFailed, to=ReqState.FAILED_FATAL),
         on(ev.ShutdownAbort, to=ReqState.FINISHED_ABORTED),
     ),
@@ -300,7 +301,7 @@ REQUEST_ROWS: tuple[Row, ...] = (
     *rows_from(ReqState.ABORTING,
         on(ev.CompanionEnded, to=ReqState.ABORTING, when=("companion_ok",), effects=(Effect.NOTE_COMPANION,)),
         on(ev.CompanionEnded, to=ReqState.ABORTING, effects=(Effect.NOTE_COMPANION, Effect.NOTE_COMPANION_LOST)),
-        on(ev.Abort, to=ReqState.ABORTING),
+        on(ev.Abort, to=ReqState.ABORTING, effects=(Effect.ACK_ABORT,)),  # one more caller, owed its answer
         on(ev.AbortFailed, to=ReqState.ABORTING, when=("cannot_resume",), effects=(Effect.SEND_ABORT,)),
         on(ev.AbortDone, to=ReqState.FINISHED_ABORTED, effects=(Effect.COMMIT_ABORT,)),
         on(ev.AbortFailed, to=ReqState.PREEMPTED, when=("abort_resumes_preempted",),

@@ -16,8 +16,10 @@ from collections.abc import Callable, Iterator
 import attrs
 
 from omni_fsm.invariants import Monitor, Violation
+from omni_fsm.invariants.judge import JUDGED_LESS_WITHOUT
 from omni_fsm.spec import observations as ob
-from omni_fsm.trace.jsonl import Item, Step, dumps, read_trace
+from omni_fsm.trace.codec import NOT_CARRIED
+from omni_fsm.trace.jsonl import Item, Step, TraceHeader, dumps, read_trace
 
 DEFAULT_CONTEXT = 6  #: recent lines kept per request, shown with each violation about it
 PROGRESS_AFTER, PROGRESS_EVERY = 2.0, 5.0  #: seconds before the first progress line, and between lines
@@ -77,6 +79,15 @@ class Recent:
         return [line for line in step if _rid_of(line[1]) == rid][-self.size :] if self.size else []
 
 
+@attrs.frozen
+class Finding:
+    """One violation where the trace shows it: its step's line (or the end marker's) and the lines shown with it."""
+
+    line: int
+    violation: Violation
+    context: tuple[Line, ...]
+
+
 @attrs.define
 class Report:
     """What checking one trace found."""
@@ -87,10 +98,17 @@ class Report:
     complete: bool = False
     last_line: int = 1  #: the trace's last line (where an incomplete trace stops)
     findings: list[str] = attrs.field(factory=list)  #: one rendered block per violation
+    found: list[Finding] = attrs.field(factory=list)  #: the same violations, as values (for ``omni_fsm.view``)
+    header: TraceHeader | None = None  #: the pipeline the trace names (set once its header is read)
+    #: what an older trace does not carry, as ``identity (invariants judged less)``: those parts are not judged
+    not_observable: tuple[str, ...] = ()
 
     def summary(self) -> str:
         """Return the one-line summary."""
         tail = "" if self.complete else " (no end marker: end-of-history rules not applied)"
+        if self.not_observable:
+            version = self.header.version if self.header is not None else "an older"
+            tail += f" (not observable in a version-{version} trace, not judged: {'; '.join(self.not_observable)})"
         return f"{self.name}: {self.steps} steps, {self.requests} requests, {len(self.findings)} violations{tail}"
 
     def missing_end(self) -> str:
@@ -108,12 +126,17 @@ def _render(name: str, line: int, violation: Violation, context: list[Line]) -> 
     return f"{head}\n  recent lines of the {who}:\n{shown}"
 
 
+def _note(report: Report, line: int, violation: Violation, context: list[Line]) -> None:
+    report.findings.append(_render(report.name, line, violation, context))
+    report.found.append(Finding(line, violation, tuple(context)))
+
+
 def _judge_step(monitor: Monitor, step: Step, recent: Recent, report: Report) -> None:
     lines = list(_lines_of(step))
     for line in lines:
         recent.note(line)
     for violation in monitor.step(step.event, step.outputs):
-        report.findings.append(_render(report.name, step.line, violation, recent.context(violation.rid, lines)))
+        _note(report, step.line, violation, recent.context(violation.rid, lines))
     for obs in step.outputs:
         if isinstance(obs, ob.Submitted) and obs.parent < 0:
             report.requests += 1
@@ -122,19 +145,25 @@ def _judge_step(monitor: Monitor, step: Step, recent: Recent, report: Report) ->
     report.steps += 1
 
 
-def check_trace(path: str, context: int = DEFAULT_CONTEXT, progress: Progress | None = None) -> Report:
+def check_trace(path: str, context: int = DEFAULT_CONTEXT, progress: Progress | None = None,
+                keep: list[Step] | None = None) -> Report:
     """Return the report of checking the trace at ``path``; raise ``MalformedInput`` if it is not one.
 
-    ``progress`` is called every ``PROGRESS_EVERY`` seconds once the check has run ``PROGRESS_AFTER``.
+    ``progress`` is called every ``PROGRESS_EVERY`` seconds once the check has run ``PROGRESS_AFTER``;
+    ``keep``, when given, receives every step read (``omni-fsm view`` draws them).
     """
     started = time.perf_counter()
     due = started + PROGRESS_AFTER
     with read_trace(path) as reader:
         head = reader.header
-        monitor = Monitor(head.kinds, head.final, head.capacity)
+        blind = NOT_CARRIED[head.version]
+        monitor = Monitor(head.kinds, head.final, head.capacity, blind)
         recent = Recent(context)
-        report = Report(reader.name)
+        report = Report(reader.name, header=head, not_observable=tuple(
+            f"{identity} ({', '.join(JUDGED_LESS_WITHOUT[identity])})" for identity in sorted(blind)))
         for step in reader:
+            if keep is not None:
+                keep.append(step)
             _judge_step(monitor, step, recent, report)
             if progress is not None and report.steps % 1024 == 0 and time.perf_counter() >= due:
                 due = time.perf_counter() + PROGRESS_EVERY
@@ -142,9 +171,9 @@ def check_trace(path: str, context: int = DEFAULT_CONTEXT, progress: Progress | 
     report.complete, report.last_line = reader.complete, reader.last_line
     if reader.complete:
         for violation in monitor.finish():
-            report.findings.append(_render(report.name, reader.end_line, violation,
-                                           recent.context(violation.rid, [])))
+            _note(report, reader.end_line, violation, recent.context(violation.rid, []))
     return report
 
 
-__all__ = ["DEFAULT_CONTEXT", "PROGRESS_AFTER", "PROGRESS_EVERY", "Progress", "Recent", "Report", "check_trace"]
+__all__ = ["DEFAULT_CONTEXT", "PROGRESS_AFTER", "PROGRESS_EVERY", "Finding", "Line", "Progress", "Recent", "Report",
+           "check_trace"]

@@ -23,7 +23,9 @@ from omni_fsm.spec import events as ev
 from omni_fsm.spec import observations as ob
 from omni_fsm.spec.vocabulary import StageKind
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+#: Every version this reader reads (a version-1 trace reads with the fields version 2 added at their defaults).
+READS_VERSIONS = (1, 2)
 VERSION_KEY = "omni_fsm_trace"
 END_KEY = "end"
 Item = ev.Event | ob.Observation
@@ -69,10 +71,21 @@ class BadValue(Exception):
 
 
 Decode = Callable[[Any], Any]
-#: Least value of integer fields, by field name (ids and counts; -1 stands for "none").
+#: Least value of integer fields, by field name (ids and counts; -1 stands for "none" in the version-1 fields).
 _AT_LEAST: dict[str, int] = {"rid": 0, "parent": -1, "sample": -1, "n": 1, "companions": 0, "tokens": 0,
-                              "cumulative": 0, "level": 0, "call_id": 0}
-_AT_LEAST_FOR: dict[tuple[type, str], int | None] = {(ob.Dropped, "rid"): -1}  # an engine-wide drop names no request
+                              "cumulative": 0, "level": 0, "call_id": 0, "replica": 0}
+_AT_LEAST_FOR: dict[tuple[type, str], int | None] = {
+    (ob.Dropped, "rid"): -1,  # an engine-wide drop names no request
+    **{(cls, "parent"): 0 for cls in (ev.Abort, ob.AbortRequested, ob.AbortAnswered)},  # none is null, not -1
+}
+#: The fields version 2 added, by class: a version-1 line has none of them and reads as their defaults (the abort
+#: call's identity, and the replica a request is bound to and a report comes from).
+ADDED_IN_2: dict[type, frozenset[str]] = {
+    **{cls: frozenset({"replica"}) for cls in (*ev.STAGE_REPORTS, ob.Dispatched)},
+    **{cls: frozenset({"call_id", "parent"}) for cls in (ev.Abort, ob.AbortRequested, ob.AbortAnswered)},
+}
+#: The identities (``omni_fsm.invariants.judge.JUDGED_LESS_WITHOUT``) each version's traces do not carry.
+NOT_CARRIED: dict[int, frozenset[str]] = {1: frozenset({"abort_caller", "replica"}), 2: frozenset()}
 #: Integer fields that name a stage of the pipeline.
 _STAGE_FIELDS = frozenset({"stage", "src", "dst"})
 
@@ -180,13 +193,14 @@ def dumps(item: Item) -> str:
 # -- decoding ------------------------------------------------------------------------------------
 
 
-def decode(obj: dict[str, Any], stages: int) -> Item:
+def decode(obj: dict[str, Any], stages: int, version: int = FORMAT_VERSION) -> Item:
     """Return the event or observation of one trace object; raise ``ValueError`` naming what is wrong.
 
-    ``stages`` is the pipeline's length (stage indexes must name one of its stages).
+    ``stages`` is the pipeline's length (stage indexes must name one of its stages); ``version`` the trace's
+    (a version-1 object has none of the fields of ``ADDED_IN_2``: they take their defaults).
     """
     try:
-        return _decode(obj, stages)
+        return _decode(obj, stages, version)
     except BadValue as bad:
         raise ValueError(str(bad)) from None
 
@@ -202,7 +216,7 @@ def _impossible(field: _Field, value: Any, stages: int) -> str | None:
     return None
 
 
-def _decode(obj: dict[str, Any], stages: int) -> Item:
+def _decode(obj: dict[str, Any], stages: int, version: int) -> Item:
     key = "in" if "in" in obj else "out"
     table: dict[str, type] = INPUTS if key == "in" else OUTPUTS
     name = obj[key]
@@ -211,6 +225,8 @@ def _decode(obj: dict[str, Any], stages: int) -> Item:
         kind = "input event" if key == "in" else "observation"
         raise BadValue(f"unknown {kind} {json.dumps(name)[:40]}")
     fields = _FIELDS[cls]
+    if version == 1 and cls in ADDED_IN_2:
+        fields = tuple(f for f in fields if f.name not in ADDED_IN_2[cls])
     extra = sorted(set(obj) - {key} - {f.name for f in fields})
     if extra:
         raise BadValue(f"{name}: unexpected field {extra[0]!r}")
@@ -256,8 +272,9 @@ def parse_header(obj: Any) -> TraceHeader:
     if type(obj) is not dict or VERSION_KEY not in obj:
         raise ValueError(f"line 1 must be {HEADER_SHAPE}")
     version = obj[VERSION_KEY]
-    if type(version) is not int or version != FORMAT_VERSION:
-        raise ValueError(f"unsupported trace version {json.dumps(version)[:40]} (this reader reads {FORMAT_VERSION})")
+    if type(version) is not int or version not in READS_VERSIONS:
+        reads = " and ".join(map(str, READS_VERSIONS))
+        raise ValueError(f"unsupported trace version {json.dumps(version)[:40]} (this reader reads {reads})")
     if set(obj) != {VERSION_KEY, "stages", "capacity"}:
         raise ValueError(f"expected exactly the keys of {HEADER_SHAPE}")
     stages, capacity = obj["stages"], obj["capacity"]
@@ -276,4 +293,4 @@ def parse_header(obj: Any) -> TraceHeader:
         final.append(stage["final"])
     if not final[-1]:
         raise ValueError("header: the last stage must be a final-output stage")
-    return TraceHeader(tuple(kinds), tuple(final), capacity)
+    return TraceHeader(tuple(kinds), tuple(final), capacity, version)

@@ -1,6 +1,6 @@
-"""The trace format, version 1: an observed lifecycle history as JSON lines.
+"""The trace format, version 2 (version 1 still reads): an observed lifecycle history as JSON lines.
 
-Line 1 is the header ``{"omni_fsm_trace": 1, "stages": [{"kind": "ar", "final": true}, ...],
+Line 1 is the header ``{"omni_fsm_trace": 2, "stages": [{"kind": "ar", "final": true}, ...],
 "capacity": 2}``. Every later line is one object: an input event ``{"in": "stage_output", ...}``
 (what a client or a runtime did; internal events never appear), an observation
 ``{"out": "emitted", ...}`` (what the engine produced), or the last line ``{"end": true}`` (the
@@ -161,7 +161,7 @@ class TraceReader:
         return self._steps()
 
     def _steps(self) -> Iterator[Step]:
-        stages = len(self.header.kinds)
+        stages, version = len(self.header.kinds), self.header.version
         line, event = 0, None  # the step being gathered
         outputs: list[ob.Observation] = []
         try:
@@ -169,7 +169,7 @@ class TraceReader:
                 self.last_line = number
                 if self.complete:
                     raise self._bad(number, "a line after the end marker")
-                item = self._item(number, self._parse(number, raw), stages)
+                item = self._item(number, self._parse(number, raw), stages, version)
                 if item is None:
                     self.complete, self.end_line = True, number
                 elif isinstance(item, ev.Event):
@@ -184,7 +184,7 @@ class TraceReader:
         finally:
             self.close()
 
-    def _item(self, number: int, obj: Any, stages: int) -> Item | None:
+    def _item(self, number: int, obj: Any, stages: int, version: int) -> Item | None:
         """Return the line's event or observation, or ``None`` for the end marker."""
         if type(obj) is not dict:
             raise self._bad(number, f"expected a JSON object, got {json_type(obj)}")
@@ -195,7 +195,7 @@ class TraceReader:
         if "in" not in obj and "out" not in obj:
             raise self._bad(number, 'expected an object with "in" (an event) or "out" (an observation)')
         try:
-            return decode(obj, stages)
+            return decode(obj, stages, version)
         except ValueError as err:
             raise self._bad(number, str(err)) from None
 

@@ -5,8 +5,9 @@ naming the broken invariant. As a pytest plugin::
 
     pytest -p omni_runtime.testing --omni-runtime=package.module:factory
 
-where ``factory(stage_spec, stage, replica, rpc_fails) -> StageRuntime`` (``rpc_fails``: its workers
-raise in every control RPC). Request ids are drawn per example, aborts come in batches of 1-3 and
+where ``factory(stage_spec, stage, replica, rpc_fails) -> StageRuntime`` is a ``RuntimeFactory``, the one
+signature the engines' ``build_runtimes`` and ``omni-run --runtime`` call too (``rpc_fails``: its workers raise in
+every control RPC). Request ids are drawn per example, aborts come in batches of 1-3 and
 right after a request reports a wait, and progress is judged before ``shutdown()``, after which
 nothing may be reported (``make_machine`` says how). The stream is judged as the engine would take
 it too: a report its lifecycle has no row for fails the kit (AR-INV-001), and so does a runtime
@@ -20,19 +21,19 @@ fresh seed), with the profile's example database on, and a failure names the see
 
 from __future__ import annotations
 
-import importlib
 import random
 from collections.abc import Collection
 
-from hypothesis import HealthCheck, Phase, seed, settings
+from hypothesis import HealthCheck, Phase, Verbosity, seed, settings
 from hypothesis import strategies as st
 from hypothesis.database import ExampleDatabase
 from hypothesis.stateful import run_state_machine_as_test
 
 from omni_fsm import ControlMethod, StageKind
 from omni_runtime.pipeline import Pipeline, simple_pipeline
+from omni_runtime.protocol import RuntimeFactory, StageRuntime
 from omni_runtime.testing._checker import KitViolation, RawStreamChecker
-from omni_runtime.testing._machine import ConformanceError, KitFactory, make_machine, stage_specs
+from omni_runtime.testing._machine import ConformanceError, make_machine, stage_specs
 
 
 def pipelines() -> st.SearchStrategy[Pipeline]:
@@ -54,9 +55,10 @@ def workloads() -> st.SearchStrategy[list[tuple[int, int, int]]]:
     return st.lists(one, min_size=1, max_size=8)
 
 
-def check_runtime(factory: KitFactory, max_examples: int = 30, shrink: bool = True, may_die: bool = False,
-                  derandomize: bool | None = None, kinds: Collection[StageKind] = tuple(StageKind),
-                  refused: Collection[ControlMethod] = (), draw_seed: int | None = None,
+def check_runtime(factory: RuntimeFactory[StageRuntime], max_examples: int = 30, shrink: bool = True,
+                  may_die: bool = False, derandomize: bool | None = None,
+                  kinds: Collection[StageKind] = tuple(StageKind), refused: Collection[ControlMethod] = (),
+                  draw_seed: int | None = None,
                   database: ExampleDatabase | None = None) -> None:  # fmt: skip
     """Run the conformance machine against ``factory`` (with and without worker RPC errors).
 
@@ -70,8 +72,11 @@ def check_runtime(factory: KitFactory, max_examples: int = 30, shrink: bool = Tr
     failing examples in and try them first (``None``: none).
     """
     phases = [Phase.explicit, Phase.reuse, Phase.generate, *([Phase.shrink] if shrink else [])]
+    # the failing steps are the report: a profile's quiet verbosity would leave only the violation's line
+    shown = max(Verbosity.normal, settings().verbosity)
     run = settings(max_examples=max_examples, stateful_step_count=30, deadline=None, phases=phases,
-                   suppress_health_check=list(HealthCheck), database=database, report_multiple_bugs=False)  # fmt: skip
+                   suppress_health_check=list(HealthCheck), database=database, report_multiple_bugs=False,
+                   verbosity=shown)  # fmt: skip
     if draw_seed is not None:
         derandomize = False
     if derandomize is not None:
@@ -83,20 +88,12 @@ def check_runtime(factory: KitFactory, max_examples: int = 30, shrink: bool = Tr
         run_state_machine_as_test(machine, settings=run)
 
 
-def load_factory(spec: str) -> KitFactory:
-    """Return the factory named ``package.module:name``; ``ValueError`` says what is wrong with ``spec``."""
-    module, _, name = spec.partition(":")
-    if not module or not name:
-        raise ValueError(f"--omni-runtime wants package.module:factory, got {spec!r}")
-    try:
-        found = importlib.import_module(module)
-    except ImportError as exc:
-        raise ValueError(f"--omni-runtime={spec}: cannot import {module}: {exc}") from None
-    factory = getattr(found, name, None)
-    if not callable(factory):
-        what = "has no" if factory is None else f"has a {type(factory).__name__}, not a callable,"
-        raise ValueError(f"--omni-runtime={spec}: module {module} {what} {name!r}")
-    return factory  # type: ignore[no-any-return]
+def load_factory(spec: str) -> RuntimeFactory[StageRuntime]:
+    """Return the factory named ``package.module:name``; ``ValueError`` (a ``ConfigError``) says what is wrong with
+    ``spec`` (``omni_runtime.runtime_names.load_factory``, as ``omni-run --runtime`` loads it)."""
+    from omni_runtime.runtime_names import load_factory as load
+
+    return load(spec, "--omni-runtime")
 
 
 def sim_factory(spec, stage, replica, rpc_fails):  # type: ignore[no-untyped-def]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection
+from collections.abc import Collection
 from typing import Any
 
 from hypothesis import strategies as st
@@ -11,11 +11,9 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 from omni_fsm import ControlMethod, StageKind
 from omni_runtime.adapters import StageInput
 from omni_runtime.pipeline import StageSpec
-from omni_runtime.protocol import StageRuntime, StreamingInput
+from omni_runtime.protocol import PROTOCOL_METHODS as _PROTOCOL_METHODS  # old name: the draws hash its source
+from omni_runtime.protocol import RuntimeFactory, StageRuntime, StreamingInput
 from omni_runtime.testing._checker import RAISED, KitViolation, RawStreamChecker
-
-#: (stage spec, stage index, replica, rpc_fails) -> a runtime; ``rpc_fails``: its workers raise in RPCs
-KitFactory = Callable[[StageSpec, int, int, bool], StageRuntime]
 
 
 def stage_specs(kinds: Collection[StageKind] = tuple(StageKind)) -> st.SearchStrategy[StageSpec]:
@@ -24,10 +22,6 @@ def stage_specs(kinds: Collection[StageKind] = tuple(StageKind)) -> st.SearchStr
                      final=st.just(True),
                      replicas=st.just(1), max_running=st.integers(1, 4), max_tokens=st.integers(1, 8),
                      steps=st.integers(1, 4))  # fmt: skip
-
-
-#: what a ``StageRuntime`` implements
-_PROTOCOL_METHODS = ("bind", "add_request", "abort_requests", "control", "step", "shutdown")
 
 
 class ConformanceError(AssertionError):
@@ -59,7 +53,7 @@ def teardown_steps(spec: StageSpec, requests: int) -> int:
     return 2 * requests * (spec.max_tokens + spec.steps + 4) + 100
 
 
-def make_machine(factory: KitFactory, rpc_fails: bool = False, may_die: bool = False,
+def make_machine(factory: RuntimeFactory[StageRuntime], rpc_fails: bool = False, may_die: bool = False,
                  kinds: Collection[StageKind] = tuple(StageKind),
                  refused: Collection[ControlMethod] = ()) -> type[RuleBasedStateMachine]:  # fmt: skip
     """Return a ``RuleBasedStateMachine`` checking runtimes made by ``factory`` (``may_die``: see the checker)

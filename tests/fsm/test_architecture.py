@@ -31,9 +31,9 @@ PUBLIC_API = [
     "BOUND", "ConfigError", "ControlMethod", "Counters", "ENGINE_TERMINAL", "Effect", "Engine", "EngineState",
     "FinishReason", "HOLDS_SLOT", "IdentityHashedEnum", "InternalError", "LIVE", "Lifecycle", "LifecycleError",
     "MalformedInput", "Monitor", "ON_TERMINAL", "OmniFsmError", "Outcome", "PARKED", "Record", "ReqState", "Role",
-    "Row", "SPEC", "Spec", "StageKind", "Step", "StopKind", "TERMINAL", "TERMINAL_OUTCOME", "TraceWriter",
-    "Violation", "__version__", "check_history", "events", "observations", "read_trace", "same_client_streams",
-    "write_trace",
+    "Row", "SPEC", "Section", "Spec", "StageKind", "Step", "StopKind", "TERMINAL", "TERMINAL_OUTCOME",
+    "TraceWriter", "Violation", "__version__", "check_history", "events", "observations", "read_trace", "render_page",
+    "render_trace", "same_client_streams", "write_trace",
 ]  # fmt: skip
 
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from omni_fsm import SPEC, EngineState, ReqState, cli
-from omni_fsm.cli.diagram import EDGE_JOIN, REGENERATE, mermaid, render_lifecycle_markdown
+from omni_fsm.cli.diagram import EDGE_JOIN, REGENERATE, VIEWS, View, mermaid, render_lifecycle_markdown
 
 LIFECYCLE_MD = Path(__file__).resolve().parents[2] / "docs" / "lifecycle.md"
 
@@ -56,9 +56,44 @@ def test_every_row_is_in_the_lifecycle_doc_table(row: Any) -> None:
     assert f"| `{row.source.name}` | {row.label()} | `{row.target.name}` |" in render_lifecycle_markdown()
 
 
-def test_lifecycle_doc_holds_both_diagrams() -> None:
+def test_lifecycle_doc_holds_every_view_and_the_whole_diagram() -> None:
     doc = render_lifecycle_markdown()
-    assert doc.count("```mermaid\n") == 2 and doc.count("stateDiagram-v2") == 2
+    assert doc.count("```mermaid\n") == len(VIEWS) + 1 and doc.count("stateDiagram-v2") == len(VIEWS) + 1
+    assert mermaid(SPEC, "request") in doc  # the whole request table, still drawn (the control plane is one view)
+    for view in VIEWS:
+        assert f"### {view.title} ({len(view.rows())} rows)\n" in doc and mermaid(SPEC, view=view) in doc
+
+
+@pytest.mark.parametrize("row", SPEC.rows + SPEC.engine_rows, ids=lambda r: f"{r.source.name}:{r.label()}")
+def test_every_row_is_in_at_least_one_view(row: Any) -> None:
+    assert [view.title for view in VIEWS if row in view.rows()] != []
+
+
+@pytest.mark.parametrize("view", VIEWS, ids=lambda v: v.anchor)
+def test_a_view_draws_exactly_the_rows_its_rule_selects(view: View) -> None:
+    table = SPEC.rows if view.which == "request" else SPEC.engine_rows
+    chosen = [row for row in table if view.selects(row)]
+    assert chosen and list(view.rows()) == chosen
+    edges = drawn_edges(mermaid(SPEC, view=view))
+    assert sorted(label for labels in edges.values() for label in labels) == sorted(r.label() for r in chosen)
+    drawn_states = {name for edge in edges for name in edge}
+    touched = {r.source.name for r in chosen} | {r.target.name for r in chosen}
+    assert drawn_states == touched  # and no state the view's rows do not touch is declared either:
+    declared = {line.split(" as ")[1] for line in mermaid(SPEC, view=view).splitlines()
+                if line.strip().startswith("state ")}
+    assert declared == touched
+
+
+@pytest.mark.parametrize("view", [v for v in VIEWS if v.which == "request"], ids=lambda v: v.anchor)
+def test_a_request_view_is_a_readable_part_not_the_whole_table(view: View) -> None:
+    assert len(view.rows()) <= len(SPEC.rows) // 3
+    assert ("[*] --> NEW" in mermaid(SPEC, view=view)) == any(r.source is ReqState.NEW for r in view.rows())
+
+
+def test_a_view_rule_is_said_in_words_from_its_events_and_states() -> None:
+    abort = next(view for view in VIEWS if view.anchor == "abort")
+    assert abort.rule().startswith("the rows whose event is `Abort`, `AbortDone`, `AbortFailed`, `StageAborted` or "
+                                   "which leave or enter `ABORTING`, `ABORTING_CHILDREN`, except those of ")
 
 
 def test_diagram_command_prints_a_state_diagram(capsys: pytest.CaptureFixture[str]) -> None:

@@ -37,7 +37,7 @@ def test_every_observed_by_names_a_field_a_trace_carries() -> None:
 
 def test_internal_events_are_not_observable() -> None:
     assert "ChildEnded" not in CARRIED and "Admit" not in CARRIED
-    assert CARRIED["StageEvent"] == {"rid", "stage"}
+    assert CARRIED["StageEvent"] == {"rid", "stage", "replica"}
 
 
 def test_registry_checks_are_judged_at_validation_and_history_checks_over_what_a_trace_carries() -> None:

@@ -374,7 +374,8 @@ def parent_abort_misses_child() -> Fault:  # B1
     base = run(ONE_DIFF, ev.Submit(1, n=2), ev.Scheduled(2, 0), ev.Scheduled(3, 0), ev.Abort(2), ev.AbortDone(2, 0),
                ev.StageFinished(3, 0))  # fmt: skip
     i = base.at(ev.Abort(2))  # the parent's abort, as it reached only the first child
-    return base, base.with_step(i, ev.Abort(1), [ob.AbortRequested(1), *base.outputs(i)], keep_event=False)
+    faulty = base.with_step(i, ev.Abort(1), [ob.AbortRequested(1, 0), *base.outputs(i)], keep_event=False)
+    return base, faulty.upto(i)  # judged there: the parent's abort call, never answered, is the end marker's
 
 
 def child_abort_leaves_parent() -> Fault:  # B2

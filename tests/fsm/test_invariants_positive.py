@@ -296,7 +296,7 @@ def test_parent_abort_reaches_its_companions() -> None:
     run = clean(AR_THEN_DIFF, ev.Submit(1, companions=1), ev.Scheduled(1, 0), ev.Scheduled(2, 0), ev.Abort(1),
                 ev.AbortDone(1, 0), ev.AbortDone(2, 0))  # fmt: skip
     assert run.path(1) == run.path(2) == [S.WAITING, S.RUNNING, S.ABORTING, None]
-    assert ob.AbortRequested(2) in run.seen and ob.Released(2) in run.seen
+    assert ob.AbortRequested(2, None, 1) in run.seen and ob.Released(2) in run.seen  # its parent's abort
     assert run.end() == (ABORTED, "abort")
 
 

@@ -64,6 +64,8 @@ EVENT_FIELDS: dict[str, st.SearchStrategy[Any]] = {
     "level": st.integers(0, 2),
     "tags": TAG_SETS,
     "error": st.just("worker error"),
+    "replica": st.integers(0, 1),
+    "parent": st.none(),  # an ``Abort``: the client's call (a parent's own is its fan-out, internal)
     "stage": st.integers(0, 2),
 }
 RECORD_FIELDS = st.fixed_dictionaries({

@@ -57,7 +57,7 @@ def test_second_terminal_exits_1_naming_invariant_and_line(tmp_path: Path, capsy
     code, out, err = run(capsys, str(path))
     assert (code, err) == (1, "")
     assert f"{path}:{line}: ORCH-INV-101 (one_terminal_per_request) request 1: a second terminal" in out
-    assert f"    {line}: " + '{"in":"stage_finished","rid":1,"stage":2,"stop":"stop"}' in out
+    assert f"    {line}: " + '{"in":"stage_finished","rid":1,"stage":2,"replica":0,"stop":"stop"}' in out
     assert f"{path}:{line + 3}: ORCH-INV-101 (one_terminal_per_request) request 1: 2 terminals at the end" in out
     assert out.endswith(f"{path}: 9 steps, 1 requests, 3 violations\n")  # and ORCH-INV-208: no release
 
@@ -171,9 +171,9 @@ def test_malformed_input_exits_2_with_file_line_reason(tmp_path: Path, capsys: p
 
 
 def test_unsupported_version_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    path = tmp_path / "v2.jsonl"
-    path.write_text('{"omni_fsm_trace": 2, "stages": [], "capacity": 1, "new": true}\n')
-    assert run(capsys, str(path)) == (2, "", f"{path}:1: unsupported trace version 2 (this reader reads 1)\n")
+    path = tmp_path / "v3.jsonl"
+    path.write_text('{"omni_fsm_trace": 3, "stages": [], "capacity": 1, "new": true}\n')
+    assert run(capsys, str(path)) == (2, "", f"{path}:1: unsupported trace version 3 (this reader reads 1 and 2)\n")
 
 
 def test_missing_file_and_directory_exit_2_at_line_0(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -96,8 +96,12 @@ FIELD_VALUES: dict[str, st.SearchStrategy[Any]] = {
     "rid": st.integers(0, 2**40), "parent": st.integers(-1, 2**40), "sample": st.integers(-1, 8),
     "stage": st.integers(0, 2), "src": st.integers(0, 2), "dst": st.integers(0, 2), "n": st.integers(1, 8),
     "companions": st.integers(0, 4), "tokens": st.integers(0, 10**6), "cumulative": st.integers(0, 10**6),
-    "level": st.integers(0, 3), "call_id": st.integers(0, 2**40),
+    "level": st.integers(0, 3), "call_id": st.integers(0, 2**40), "replica": st.integers(0, 8),
 }  # fmt: skip
+#: Optional id fields (version 2's): ``null`` for none, never -1.
+OPTIONAL_IDS: dict[str, st.SearchStrategy[Any]] = {
+    "parent": st.none() | st.integers(0, 2**40), "call_id": st.none() | st.integers(0, 2**40),
+}
 
 
 def _values_of(tp: Any) -> st.SearchStrategy[Any]:
@@ -116,8 +120,12 @@ def _values_of(tp: Any) -> st.SearchStrategy[Any]:
 def instances(cls: type) -> st.SearchStrategy[Any]:
     """Every field drawn from its annotation, ids and stages within what a trace allows."""
     hints = typing.get_type_hints(cls)
-    fields = {f.name: FIELD_VALUES[f.name] if f.name in FIELD_VALUES else _values_of(hints[f.name])
-              for f in attrs.fields(cls)}  # fmt: skip
+    def values(name: str) -> st.SearchStrategy[Any]:
+        if name in OPTIONAL_IDS and type(None) in typing.get_args(hints[name]):
+            return OPTIONAL_IDS[name]
+        return FIELD_VALUES[name] if name in FIELD_VALUES else _values_of(hints[name])
+
+    fields = {f.name: values(f.name) for f in attrs.fields(cls)}
     return st.builds(cls, **fields)
 
 
@@ -214,7 +222,7 @@ def _header(**change: Any) -> str:
 MALFORMED: list[tuple[str, str, int, str]] = [
     ("not an object", "[1]", 1, "line 1 must be the header"),
     ("no version", json.dumps({"stages": [], "capacity": 1}), 1, "must be the header"),
-    ("unknown version", _header(omni_fsm_trace=2), 1, "unsupported trace version 2"),
+    ("unknown version", _header(omni_fsm_trace=3), 1, "unsupported trace version 3"),
     ("boolean version", _header(omni_fsm_trace=True), 1, "unsupported trace version true"),
     ("extra header key", _header(extra=1), 1, "exactly the keys"),
     ("zero capacity", _header(capacity=0), 1, "capacity"),

@@ -151,3 +151,7 @@ def test_omni_run_without_a_pipeline_runs_the_packaged_example(venv: Path, workd
     assert "on thinker-talker-image" in done.stdout and "invariants: all" in done.stdout
     checked = installed(venv, "omni-fsm", "check", "out/run.jsonl", cwd=workdir)
     assert checked.returncode == 0 and "0 violations" in checked.stdout, _failed("omni-fsm check", checked)
+    viewed = installed(venv, "omni-fsm", "view", "out/run.jsonl", "-o", "out/run.html", cwd=workdir)
+    assert viewed.returncode == 0 and "0 violations" in viewed.stdout, _failed("omni-fsm view", viewed)
+    page = (workdir / "out" / "run.html").read_text(encoding="utf-8")
+    assert page.startswith("<!DOCTYPE html>") and 'id="no-violations"' in page

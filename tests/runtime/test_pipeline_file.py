@@ -223,5 +223,5 @@ def test_each_packaged_example_is_the_checkouts_and_loads(name):
 
 
 def test_an_unknown_example_names_the_known_ones():
-    with pytest.raises(ConfigError, match=r"no example pipeline 'nope' \(known: pipeline, vllm_pipeline\)"):
+    with pytest.raises(ConfigError, match=rf"no example pipeline 'nope' \(known: {re.escape(', '.join(EXAMPLES))}\)"):
         example_pipeline("nope")

@@ -46,7 +46,7 @@ from omni_fsm import ControlMethod
 from omni_runtime import protocol as rp
 from omni_runtime.adapters import StageInput
 from omni_runtime.errors import ConfigError, OmniRuntimeError
-from omni_runtime.pipeline import Pipeline
+from omni_runtime.pipeline import Pipeline, StageSpec
 from omni_runtime.runtimes.process import _wire as w
 from omni_runtime.runtimes.process._child import serve
 
@@ -213,10 +213,21 @@ class ProcessRuntime:
             self._sink(rp.ReplicaDied())
 
 
+def process_factory(factory: str, *args: Any) -> rp.RuntimeFactory[ProcessRuntime]:
+    """Return the runtime factory of ``ProcessRuntime(factory, spec, stage, replica, *args)``: each replica
+    ``factory``'s in a child process. ``ConfigError`` for ``rpc_fails``: ``args`` are the child factory's own."""
+
+    def made(spec: StageSpec, stage: int, replica: int, rpc_fails: bool = False) -> ProcessRuntime:
+        if rpc_fails:
+            raise ConfigError(f"process_factory({factory!r}) passes its own arguments, not rpc_fails")
+        return ProcessRuntime(factory, spec, stage, replica, *args)
+
+    return made
+
+
 def process_runtimes(pipeline: Pipeline, factory: str, *args: Any) -> list[list[ProcessRuntime]]:
     """Return one ``ProcessRuntime(factory, spec, stage, replica, *args)`` per replica of every stage."""
-    stages = enumerate(pipeline.stages)
-    return [[ProcessRuntime(factory, spec, i, r, *args) for r in range(spec.replicas)] for i, spec in stages]
+    return rp.build_runtimes(pipeline, process_factory(factory, *args))
 
 
 # -- the children still running: stopped at exit ----------------------------------------------
@@ -258,4 +269,4 @@ def _reap_all() -> None:
         _reap(pid, 5.0)
 
 
-__all__ = ["ChildRaised", "ProcessRuntime", "process_runtimes"]
+__all__ = ["ChildRaised", "ProcessRuntime", "process_factory", "process_runtimes"]

@@ -6,6 +6,7 @@ import attrs
 
 from omni_fsm import StageKind
 from omni_runtime.pipeline import Pipeline, StageSpec
+from omni_runtime.protocol import RuntimeFactory, build_runtimes
 from omni_runtime.runtimes.sim._base import SimReplica
 from omni_runtime.runtimes.sim.ar import SimAR
 from omni_runtime.runtimes.sim.config import SimConfig
@@ -26,10 +27,20 @@ def kit_replica(spec: StageSpec, stage: int, replica: int, rpc_fails: bool = Fal
     return sim_replica(spec, stage, replica, 7, attrs.evolve(SimConfig.legal(0.3), rpc_error=1.0 if rpc_fails else 0))
 
 
+def sim_factory(seed: int = 0, config: SimConfig | None = None) -> RuntimeFactory[SimReplica]:
+    """Return the runtime factory of simulated replicas seeded ``seed`` with ``config``'s faults (``rpc_fails``:
+    every control RPC fails in a worker)."""
+
+    def factory(spec: StageSpec, stage: int, replica: int, rpc_fails: bool = False) -> SimReplica:
+        faults = attrs.evolve(config or SimConfig(), rpc_error=1.0) if rpc_fails else config
+        return sim_replica(spec, stage, replica, seed, faults)
+
+    return factory
+
+
 def sim_runtimes(pipeline: Pipeline, seed: int = 0, config: SimConfig | None = None) -> list[list[SimReplica]]:
     """Return the simulated replicas of every stage: ``result[stage][replica]``."""
-    stages = enumerate(pipeline.stages)
-    return [[sim_replica(spec, i, r, seed, config) for r in range(spec.replicas)] for i, spec in stages]
+    return build_runtimes(pipeline, sim_factory(seed, config))
 
 
 def demo_config(fault_rate: float, replica_deaths: tuple[tuple[int, int, int], ...] = ()) -> SimConfig:
@@ -45,4 +56,4 @@ def instant_runtimes(pipeline: Pipeline, hold: bool = False) -> list[list[Instan
 
 
 __all__ = ["InstantReplica", "SimAR", "SimConfig", "SimDiffusion", "SimReplica", "demo_config", "instant_runtimes",
-           "kit_replica", "sim_replica", "sim_runtimes"]  # fmt: skip
+           "kit_replica", "sim_factory", "sim_replica", "sim_runtimes"]  # fmt: skip

@@ -11,7 +11,7 @@ messages and the scheduler's block pool.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import attrs
@@ -322,9 +322,13 @@ def run_program(program: Sequence[Op], setup: Setup = Setup(), fault: type | Non
     return execute(program, setup, fault).broken
 
 
-def execute(program: Sequence[Op], setup: Setup = Setup(), fault: type | None = None) -> _Run:
-    """Run ``program`` to its drain; return the run (``moves``: vLLM's moves per request; ``broken``)."""
+def execute(program: Sequence[Op], setup: Setup = Setup(), fault: type | None = None,
+            observe: Callable[[_Run], None] | None = None) -> _Run:  # fmt: skip
+    """Run ``program`` to its drain; return the run (``moves``: vLLM's moves per request; ``broken``). ``observe``
+    sees the run before its first operation (to wrap its scheduler: ``differential.py``)."""
     run = _Run(setup, fault)
+    if observe is not None:
+        observe(run)
     for op in program:
         if isinstance(op, Add):
             run.add(op)

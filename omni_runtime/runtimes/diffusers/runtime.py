@@ -1,0 +1,217 @@
+"""One replica of a diffusion stage on a real diffusers pipeline: the ``StageRuntime`` (lifecycle and reports).
+
+A request's life here: ``add_request`` reads its stage input (``_request``; a bad one is reported ``Failed`` at the
+next step, alone); it waits for a slot (``max_batch`` samples run at once, default the stage's ``max_running``);
+admitted at a step, it is reported ``SCHEDULED`` and joins the batch; each step runs one denoising step of every
+running sample (``_denoise``) and reports ``Output(1)`` for each; after its last step its image is decoded and
+reported in ``Finished``. An abort removes the request between two steps (calls never interleave with a step):
+nothing of it is reported after its ``AbortResult``, and a resubmitted request starts again from its seed. An
+error while starting or stepping a sample fails the requests it touched, never the replica.
+
+Control RPCs are answered at the next step, with the worker's exception as the error: ``pause_scheduler`` holds
+every sample where it stands (``keep``, the default), ends each request in flight as ``Aborted`` (``abort``), or
+stops admitting and is answered once the running samples finished (``wait``); ``resume_scheduler`` lets them go
+on. ``sleep`` holds them too and, on CUDA, moves the weights to the host once every replica sharing them sleeps;
+``wake_up`` brings them back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from omni_fsm import ControlMethod, StopKind
+from omni_runtime import protocol as rp
+from omni_runtime.adapters import StageInput
+from omni_runtime.pipeline import StageSpec
+from omni_runtime.runtimes.diffusers._denoise import Denoiser, Sample
+from omni_runtime.runtimes.diffusers._request import ImageRequest, RequestDefaults, image_request
+
+
+class _WorkerError(RuntimeError):
+    """A control RPC raised in a worker (the conformance kit's ``rpc_fails``)."""
+
+
+class _Live:
+    """A request this replica holds: what it asked, its sample once admitted, its next report's ``seq``."""
+
+    __slots__ = ("error", "req_id", "request", "sample", "seq")
+
+    def __init__(self, req_id: int) -> None:
+        self.req_id, self.seq = req_id, 0
+        self.request: ImageRequest | None = None
+        self.error: str | None = None  #: why its input is refused (reported ``Failed`` at the next step)
+        self.sample: Sample | None = None
+
+
+class DiffusersRuntime:
+    """One replica of a diffusion stage (see the module's docstring); ``denoiser``: the pipeline it runs on (a
+    replica's own, or shared by replicas that never step at the same time); ``rpc_fails``: its workers raise in
+    every control RPC."""
+
+    def __init__(self, spec: StageSpec, denoiser: Denoiser, defaults: RequestDefaults, max_batch: int | None = None,
+                 rpc_fails: bool = False) -> None:  # fmt: skip
+        self.spec, self.denoiser, self.defaults, self.rpc_fails = spec, denoiser, defaults, rpc_fails
+        self.max_batch = max_batch or spec.max_running
+        self.live: dict[int, _Live] = {}  #: every request held, in arrival order
+        self.held: set[ControlMethod] = set()  #: PAUSE_SCHEDULER and SLEEP in effect
+        self.draining: list[int] = []  #: pause(wait) calls answered once nothing runs
+        self.closed = False
+        self.steps = 0
+        self.unet_calls = 0  #: batched UNet calls made (a figure for the benchmark and tests)
+        self._sink: rp.ReportSink | None = None
+        self._rpcs: list[tuple[int, str | None]] = []  #: (call id, error) to answer at the next step
+        denoiser.join(self)
+
+    # -- the protocol ---------------------------------------------------------------------------
+
+    def bind(self, sink: rp.ReportSink) -> None:
+        self._sink = sink
+
+    def add_request(self, req_id: int, stage_input: StageInput) -> None:
+        if self.closed:
+            return
+        live = self.live[req_id] = _Live(req_id)
+        try:
+            live.request = image_request(req_id, stage_input, self.defaults)
+        except Exception as exc:  # whatever the input holds, the request fails alone (add_request never raises)
+            live.error = f"bad diffusion input: {exc}"
+
+    def abort_requests(self, abort_id: int, req_ids: Sequence[int]) -> None:
+        if self.closed:
+            return
+        for req_id in req_ids:
+            self.live.pop(req_id, None)  # gone whatever it was doing: no partial image, nothing more reported
+            self._emit(rp.AbortResult(abort_id, req_id, True))
+
+    def control(self, call_id: int, method: ControlMethod, level: int, tags: frozenset[str]) -> None:
+        if self.closed:
+            return
+        try:
+            mode = rp.pause_mode(tags) if method is ControlMethod.PAUSE_SCHEDULER else "keep"
+            if self.rpc_fails:
+                raise _WorkerError(f"{method.value} raised in a worker")
+            if self._apply(method, mode, call_id):
+                return  # a pause in wait mode: answered once the running samples finished
+        except Exception as exc:  # the worker's error is the answer; nothing changed
+            self._rpcs.append((call_id, f"{type(exc).__name__}: {exc}"))
+            return
+        self._rpcs.append((call_id, None))
+
+    def step(self) -> bool:
+        if self.closed:
+            return False
+        self.steps += 1
+        for call_id, error in self._rpcs:
+            self._emit(rp.RpcResult(call_id, error is None, error))
+        self._rpcs.clear()
+        for live in [lv for lv in self.live.values() if lv.error is not None]:
+            self._end(live, rp.Failed, live.error)
+        if not self.held and not self.draining:
+            self._admit()
+        if not self.held:
+            self._denoise()
+        if self.draining and not self._running():
+            self.held.add(ControlMethod.PAUSE_SCHEDULER)
+            for call_id in self.draining:
+                self._emit(rp.RpcResult(call_id, True))
+            self.draining.clear()
+        return self.busy()
+
+    def busy(self) -> bool:
+        """Return whether work is left: requests held (paused ones too), RPCs to answer."""
+        return not self.closed and bool(self.live or self._rpcs or self.draining)
+
+    def shutdown(self) -> None:
+        if not self.closed:
+            self.denoiser.leave(self)
+        self.closed = True  # nothing is reported from here on
+        self.live.clear()
+        self._rpcs.clear()
+        self.draining.clear()
+
+    # -- inside ---------------------------------------------------------------------------------
+
+    def _apply(self, method: ControlMethod, mode: str, call_id: int) -> bool:
+        """Apply a control RPC; return whether its answer waits (a pause in wait mode while samples run)."""
+        if method is ControlMethod.PAUSE_SCHEDULER:
+            if mode == "abort":
+                for live in list(self.live.values()):
+                    self._end(live, rp.Aborted)
+            elif mode == "wait" and self._running():
+                self.draining.append(call_id)
+                return True
+            self.held.add(method)
+        elif method is ControlMethod.RESUME_SCHEDULER:
+            self.held.discard(ControlMethod.PAUSE_SCHEDULER)
+            for waiting in self.draining:  # a resume ends the wait: the pause it answers is over
+                self._rpcs.append((waiting, None))
+            self.draining.clear()
+        elif method is ControlMethod.SLEEP:
+            self.denoiser.sleep(self)
+            self.held.add(method)
+        else:
+            self.denoiser.wake(self)
+            self.held.discard(ControlMethod.SLEEP)
+        return False
+
+    def _running(self) -> list[_Live]:
+        return [live for live in self.live.values() if live.sample is not None]
+
+    def _admit(self) -> None:
+        free = self.max_batch - len(self._running())
+        for live in [lv for lv in self.live.values() if lv.sample is None][:max(free, 0)]:
+            assert live.request is not None
+            try:
+                live.sample = self.denoiser.start(live.request)
+            except Exception as exc:  # a request the pipeline cannot start fails alone
+                self._end(live, rp.Failed, f"{type(exc).__name__}: {exc}")
+                continue
+            self._report(live, rp.StatusChanged, rp.Status.SCHEDULED)
+
+    def _denoise(self) -> None:
+        groups: dict[tuple[int, ...], list[_Live]] = {}  # one UNet call per latent shape (usually one in all)
+        for live in self._running():
+            assert live.sample is not None
+            groups.setdefault(live.sample.shape, []).append(live)
+        for owners in groups.values():
+            try:
+                self.denoiser.step([live.sample for live in owners if live.sample is not None])
+                self.unet_calls += 1
+            except Exception as exc:  # one batched call: each request in it fails, the replica serves on
+                for live in owners:
+                    self._end(live, rp.Failed, f"denoising failed: {type(exc).__name__}: {exc}")
+                continue
+            for live in owners:
+                self._report(live, rp.Output, 1)
+            done = [live for live in owners if live.sample is not None and live.sample.done]
+            if done:
+                self._finish(done)
+
+    def _finish(self, done: list[_Live]) -> None:
+        samples = [live.sample for live in done if live.sample is not None]
+        try:
+            images = self.denoiser.decode(samples)
+        except Exception as exc:
+            for live in done:
+                self._end(live, rp.Failed, f"decoding failed: {type(exc).__name__}: {exc}")
+            return
+        for live, image in zip(done, images, strict=True):
+            request = live.request
+            assert request is not None
+            payload = {"image": image, "size": (request.height, request.width), "seed": request.seed,
+                       "steps": request.steps, "guidance_scale": request.guidance_scale, "prompt": request.prompt,
+                       "negative_prompt": request.negative_prompt}  # fmt: skip
+            self._end(live, rp.Finished, StopKind.STOP, payload)
+
+    def _report(self, live: _Live, make: Any, *args: Any) -> None:
+        self._emit(make(live.req_id, live.seq, *args))
+        live.seq += 1
+
+    def _end(self, live: _Live, make: Any, *args: Any) -> None:
+        self._report(live, make, *args)
+        del self.live[live.req_id]
+
+    def _emit(self, report: rp.Report) -> None:
+        assert self._sink is not None, "bind() first"
+        self._sink(report)

@@ -1,0 +1,66 @@
+"""The runtimes a Ray actor runs, by the name a pipeline file gives (``[stages.placement] runtime = "..."``).
+
+Each is a runtime factory, ``factory(spec, stage, replica, rpc_fails, *args)``, imported in the actor only: the
+driver names it. A name not here is taken as ``package.module:factory``, importable on every node.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+#: runtime name -> ``package.module:factory`` run in the actor
+INNER: dict[str, str] = {
+    "sim": "omni_runtime.runtimes.ray._inner:sim",  # the simulator, no injected faults
+    "sim-kit": "omni_runtime.runtimes.sim:kit_replica",  # the conformance kit's reference runtime
+    "vllm": "omni_runtime.runtimes.ray._inner:vllm",  # a real vLLM engine (AR stages), in the actor's process
+}
+#: the runtime a stage whose placement names none runs
+DEFAULT = "sim"
+
+
+def target(name: str) -> str:
+    """Return the ``package.module:factory`` that runtime ``name`` stands for (``ValueError``: neither)."""
+    found = INNER.get(name, name)
+    module, _, attribute = found.partition(":")
+    if not module or not attribute:
+        raise ValueError(f"unknown runtime {name!r} (known: {', '.join(sorted(INNER))}, or package.module:factory)")
+    return found
+
+
+def sim(spec: Any, stage: int, replica: int, rpc_fails: bool = False, seed: int = 0, step_s: float = 0.0) -> Any:
+    """Return a simulated replica seeded ``seed`` (``rpc_fails``: every control RPC fails in a worker) whose every
+    busy step takes ``step_s`` seconds more, as a real engine's forward pass does (the tests, the benchmark)."""
+    from omni_runtime.runtimes.sim import sim_factory
+
+    made = sim_factory(seed)(spec, stage, replica, rpc_fails)
+    return Paced(made, step_s) if step_s > 0 else made
+
+
+class Paced:
+    """A runtime whose busy steps take ``step_s`` seconds longer (every other call is the runtime's own)."""
+
+    def __init__(self, runtime: Any, step_s: float) -> None:
+        self.runtime, self.step_s = runtime, step_s
+        self.busy = False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.runtime, name)
+
+    def step(self) -> bool:
+        if self.busy:
+            time.sleep(self.step_s)
+        self.busy = bool(self.runtime.step())
+        return self.busy
+
+
+def vllm(spec: Any, stage: int, replica: int, rpc_fails: bool = False, model_dir: str | None = None) -> Any:
+    """Return a replica on a real vLLM engine over ``model_dir`` (default: the tiny Llama), in this process."""
+    from omni_runtime.runtimes import vllm as engines
+
+    for key, value in engines.ENGINE_ENV.items():
+        os.environ.setdefault(key, value)
+    if rpc_fails:
+        return engines.engine_kit_factory(model_dir or str(engines.tiny_model_dir()))(spec, stage, replica, True)
+    return engines.engine_factory(spec, stage, replica, model_dir or str(engines.tiny_model_dir()))

