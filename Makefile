@@ -71,7 +71,7 @@ ifeq ($(PIPELINE),text2image)
 # `make demo PIPELINE=text2image`: AR (simulator) -> diffusion (diffusers' tiny pipeline), a few requests aborted and
 # one failed; each image as PNG and an HTML report in out/text2image (docs/diffusion.md), the trace checked.
 demo: $(STAMP) $(DIFFUSERS_STAMP)
-	$(BIN)/python -m omni_runtime.runtimes.diffusers.demo --out out/text2image --requests 12
+	$(BIN)/python -m omni_runtime.text2image --out out/text2image --requests 12
 	$(BIN)/omni-fsm check out/text2image/trace.jsonl
 else
 demo: $(STAMP)

@@ -42,6 +42,14 @@ class DiffusersOptions:
     words: tuple[str, ...] = WORDS
 
 
+def torch_threads(threads: int | None = None) -> int:
+    """Set torch's intra-op threads (``None``: leave them) and return how many it uses: a program that runs this
+    runtime sets them here, without importing torch itself (only this package imports it)."""
+    if threads is not None:
+        torch.set_num_threads(threads)
+    return int(torch.get_num_threads())
+
+
 def default_device() -> str:
     """Return ``cuda`` when a CUDA device is present, else ``cpu``."""
     return "cuda" if torch.cuda.is_available() else "cpu"
@@ -103,6 +111,22 @@ def diffusers_runtimes(pipeline: Pipeline, options: DiffusersOptions | None = No
             if spec.kind is StageKind.DIFFUSION else others[stage] for stage, spec in enumerate(pipeline.stages)]
 
 
-__all__ = ["WORDS", "Denoiser", "DiffusersOptions", "DiffusersRuntime", "ImageRequest", "RequestDefaults", "Sample",
-           "build_pipeline", "build_tiny_components", "default_device", "diffusers_factory", "diffusers_runtimes",
-           "image_request", "kit_factory", "shared_denoiser", "words_of"]  # fmt: skip
+__all__ = [
+    "WORDS",
+    "Denoiser",
+    "DiffusersOptions",
+    "DiffusersRuntime",
+    "ImageRequest",
+    "RequestDefaults",
+    "Sample",
+    "build_pipeline",
+    "build_tiny_components",
+    "default_device",
+    "diffusers_factory",
+    "diffusers_runtimes",
+    "image_request",
+    "kit_factory",
+    "shared_denoiser",
+    "torch_threads",
+    "words_of",
+]  # fmt: skip

@@ -1,12 +1,17 @@
 """The denoising loop, one step at a time, over a ``StableDiffusionPipeline``'s components.
 
 The stock pipeline runs one call's samples from the first step to the last together. Here every sample carries
-its own state (latents, its own scheduler: a ``copy.deepcopy`` of a template that ran ``set_timesteps``, its
-generator, its prompt embeddings), so samples join and leave between steps, and one ``step`` makes one batched
-UNet call for every sample given, each row at its own timestep (a ``(B,)`` timestep tensor). Everything per
-sample is done as the stock pipeline does it for a call with that sample alone: the same ``encode_prompt``, the
-same initial noise from its generator, the same guidance arithmetic, its scheduler's ``step``, the same VAE decode
-and post-processing; only the UNet's rows are shared (they agree with a batch-1 call within float rounding).
+its own state (latents, its own scheduler: a ``copy.deepcopy`` of a template that ran ``set_timesteps``, or the
+template itself for a ``DDIMScheduler``, whose ``step`` keeps no state; its generator, its prompt embeddings), so
+samples join and leave between steps, and one ``step`` makes one batched UNet call for every sample given, each row
+at its own timestep (a ``(B,)`` timestep tensor). Everything per sample is done as the stock pipeline does it for a
+call with that sample alone: the same initial noise from its generator, the same guidance arithmetic, its
+scheduler's ``step``, the same VAE decode and post-processing. Shared are the UNet's rows (they agree with a
+batch-1 call within float rounding), the text encoder's rows of the requests started together (``start_many``:
+one call over every prompt and negative prompt, each tokenized as ``encode_prompt`` does, so each row agrees with
+its batch-1 encoding within float rounding; a request started alone goes through ``encode_prompt`` itself, to the
+bit), and the DDIM ``step`` of the samples at the same timestep of the same schedule with ``eta`` 0 (elementwise
+arithmetic with the same scalar coefficients for every row: the same bits as one ``step`` per sample).
 """
 
 from __future__ import annotations
@@ -17,6 +22,8 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
+from diffusers import DDIMScheduler
+from diffusers.loaders import TextualInversionLoaderMixin
 from diffusers.utils.torch_utils import randn_tensor
 
 from omni_runtime.runtimes.diffusers._request import ImageRequest
@@ -67,13 +74,36 @@ class Denoiser:
         return side, side
 
     @torch.no_grad()
-    def start(self, request: ImageRequest) -> Sample:
-        """Return the request's sample before its first step: prompt embeddings, scheduler, initial noise."""
+    def start_many(self, requests: Sequence[ImageRequest]) -> list[Sample | Exception]:
+        """Return each request's sample before its first step (as ``start``), or the exception that stopped it; the
+        prompts and negative prompts of two or more requests are encoded in one text-encoder call (if that call
+        raises, each request is encoded alone, so a request the pipeline cannot start fails alone)."""
+        encoded: list[Any] | None = None
+        if len(requests) > 1:
+            try:
+                encoded = self._encode_together(requests)
+            except Exception:
+                encoded = None
+        results: list[Sample | Exception] = []
+        for i, request in enumerate(requests):
+            try:
+                results.append(self.start(request, None if encoded is None else encoded[i]))
+            except Exception as exc:
+                results.append(exc)
+        return results
+
+    @torch.no_grad()
+    def start(self, request: ImageRequest, embeds: Any = None) -> Sample:
+        """Return the request's sample before its first step: prompt embeddings (``embeds`` when given: the
+        unconditional row then the conditional one under CFG, else the conditional one; else ``encode_prompt`` of
+        the request alone), scheduler, initial noise."""
         pipe = self.pipe
         cfg = request.guidance_scale > 1  # the stock pipeline's do_classifier_free_guidance
-        positive, negative = pipe.encode_prompt(request.prompt, self.device, 1, cfg, request.negative_prompt)
-        embeds = torch.cat([negative, positive]) if cfg else positive
-        scheduler = copy.deepcopy(self._template(request.steps))
+        if embeds is None:
+            positive, negative = pipe.encode_prompt(request.prompt, self.device, 1, cfg, request.negative_prompt)
+            embeds = torch.cat([negative, positive]) if cfg else positive
+        template = self._template(request.steps)
+        scheduler = template if self._stateless(template) else copy.deepcopy(template)
         generator = torch.Generator("cpu").manual_seed(request.seed)  # on any device: the same image for a seed
         factor = pipe.vae_scale_factor
         shape = (1, pipe.unet.config.in_channels, request.height // factor, request.width // factor)
@@ -95,6 +125,7 @@ class Denoiser:
         noise = self.pipe.unet(torch.cat(inputs), torch.cat(timesteps).to(self.device),
                                encoder_hidden_states=embeds, return_dict=False)[0]  # fmt: skip
         row = 0
+        together: dict[tuple[int, int], list[tuple[Sample, Any]]] = {}  # (schedule, timestep) -> (sample, pred)
         for sample in samples:
             pred = noise[row:row + sample.rows]
             row += sample.rows
@@ -102,8 +133,20 @@ class Denoiser:
                 uncond, cond = pred.chunk(2)
                 pred = uncond + sample.request.guidance_scale * (cond - uncond)
             t = sample.scheduler.timesteps[sample.index]
+            if self._stateless(sample.scheduler) and sample.extra.get("eta", 0.0) == 0:
+                together.setdefault((id(sample.scheduler), int(t)), []).append((sample, pred))
+                continue
             sample.latents = sample.scheduler.step(pred, t, sample.latents, **sample.extra, return_dict=False)[0]
             sample.index += 1
+        for group in together.values():  # one DDIM step per timestep of a schedule: elementwise, the same bits
+            scheduler = group[0][0].scheduler
+            t = scheduler.timesteps[group[0][0].index]
+            latents = torch.cat([sample.latents for sample, _ in group])
+            preds = torch.cat([pred for _, pred in group])
+            stepped = scheduler.step(preds, t, latents, eta=0.0, return_dict=False)[0]
+            for i, (sample, _) in enumerate(group):
+                sample.latents = stepped[i:i + 1]
+                sample.index += 1
 
     @torch.no_grad()
     def decode(self, samples: Sequence[Sample]) -> list[Any]:
@@ -136,6 +179,35 @@ class Denoiser:
             self._asleep.discard(user)
             if self.device.type != "cpu":
                 self.pipe.to(self.device)
+
+    def _encode_together(self, requests: Sequence[ImageRequest]) -> list[Any]:
+        """Return each request's prompt embeddings (as ``start`` takes them) from one text-encoder call over every
+        distinct prompt and negative prompt (the empty one where a request under CFG has none), each tokenized and
+        encoded as ``encode_prompt`` does (padded to the tokenizer's ``model_max_length``, truncated)."""
+        pipe = self.pipe
+        texts: dict[str, int] = {}  # each distinct text -> its row
+        wanted = []
+        for request in requests:
+            cfg = request.guidance_scale > 1
+            negative = "" if request.negative_prompt is None else request.negative_prompt
+            pair = [texts.setdefault(t, len(texts)) for t in ([negative, request.prompt] if cfg else [request.prompt])]
+            wanted.append(pair)
+        prompts = list(texts)
+        if isinstance(pipe, TextualInversionLoaderMixin):
+            prompts = pipe.maybe_convert_prompt(prompts, pipe.tokenizer)
+        inputs = pipe.tokenizer(prompts, padding="max_length", max_length=pipe.tokenizer.model_max_length,
+                                truncation=True, return_tensors="pt")  # fmt: skip
+        config = pipe.text_encoder.config
+        mask = inputs.attention_mask.to(self.device) if getattr(config, "use_attention_mask", False) else None
+        rows = pipe.text_encoder(inputs.input_ids.to(self.device), attention_mask=mask)[0]
+        rows = rows.to(dtype=pipe.text_encoder.dtype, device=self.device)
+        return [torch.cat([rows[i:i + 1] for i in pair]) for pair in wanted]
+
+    @staticmethod
+    def _stateless(scheduler: Any) -> bool:
+        """Return whether ``scheduler``'s ``step`` and ``scale_model_input`` keep no state and its ``step`` is
+        elementwise (a ``DDIMScheduler`` without thresholding): samples may share it and step together."""
+        return type(scheduler) is DDIMScheduler and not scheduler.config.thresholding
 
     def _template(self, steps: int) -> Any:
         template = self._templates.get(steps)

@@ -160,13 +160,17 @@ class DiffusersRuntime:
 
     def _admit(self) -> None:
         free = self.max_batch - len(self._running())
-        for live in [lv for lv in self.live.values() if lv.sample is None][:max(free, 0)]:
-            assert live.request is not None
-            try:
-                live.sample = self.denoiser.start(live.request)
-            except Exception as exc:  # a request the pipeline cannot start fails alone
-                self._end(live, rp.Failed, f"{type(exc).__name__}: {exc}")
+        admitted = [lv for lv in self.live.values() if lv.sample is None][:max(free, 0)]
+        if not admitted:
+            return
+        requests = [live.request for live in admitted if live.request is not None]
+        assert len(requests) == len(admitted)
+        # the prompts of the requests admitted together are encoded in one text-encoder call
+        for live, started in zip(admitted, self.denoiser.start_many(requests), strict=True):
+            if isinstance(started, Exception):  # a request the pipeline cannot start fails alone
+                self._end(live, rp.Failed, f"{type(started).__name__}: {started}")
                 continue
+            live.sample = started
             self._report(live, rp.StatusChanged, rp.Status.SCHEDULED)
 
     def _denoise(self) -> None:

@@ -1,8 +1,9 @@
-"""``python -m omni_runtime.runtimes.diffusers.demo --out DIR --requests N``: the text-to-image pipeline
+"""``python -m omni_runtime.text2image --out DIR --requests N``: the text-to-image pipeline
 (``examples/diffusion_pipeline.toml``: an AR stage on the simulator, each request with a CFG companion, a diffusion
 stage on diffusers' tiny pipeline) through the Engine, a few requests aborted at random moments and one asking for
 a size the pipeline refuses (it fails alone). Writes ``DIR/trace.jsonl`` (check it with ``omni-fsm check``), each
-finished request's image as ``DIR/request-<id>.png`` and ``DIR/report.html`` (``report.py``)."""
+finished request's image as ``DIR/request-<id>.png`` and ``DIR/report.html``
+(``omni_runtime.runtimes.diffusers.report``)."""
 
 from __future__ import annotations
 
@@ -15,17 +16,17 @@ from pathlib import Path
 from typing import Any
 
 import attrs
-import torch
 
 from omni_fsm import events as ev
 from omni_fsm import observations as ob
 from omni_fsm.invariants import Monitor
 from omni_fsm.trace import TraceWriter
-from omni_runtime import Engine, Prompt, Sampling
+from omni_runtime.adapters import Prompt, Sampling
 from omni_runtime.commands import ClientMessage
 from omni_runtime.pipeline import example_pipeline, load_pipeline
-from omni_runtime.runtimes.diffusers import WORDS, diffusers_runtimes
+from omni_runtime.runtimes.diffusers import WORDS, diffusers_runtimes, torch_threads
 from omni_runtime.runtimes.diffusers.report import RequestRecord, png_bytes, render_report
+from omni_runtime.sync import Engine
 
 
 @attrs.frozen
@@ -54,7 +55,7 @@ def run_demo(out: Path, requests: int = 12, seed: int = 0, abort_every: int = 3)
     """Run the demo into ``out``; return what it made. Every ``abort_every``-th request (from the 2nd) is aborted
     at a random round while it runs."""
     out.mkdir(parents=True, exist_ok=True)
-    torch.set_num_threads(1)
+    torch_threads(1)
     rng = random.Random(seed)
     pipeline = load_pipeline(example_pipeline("diffusion_pipeline"))
     monitor = Monitor(pipeline.kinds, pipeline.final, pipeline.slots)
@@ -118,7 +119,7 @@ def run_demo(out: Path, requests: int = 12, seed: int = 0, abort_every: int = 3)
     violations = [str(v) for v in monitor.violations]
     wall = time.perf_counter() - start
     facts = {"pipeline": pipeline.name, "requests": str(requests), "wall time": f"{wall:.2f} s",
-             "torch threads": str(torch.get_num_threads()), "trace": trace.name}  # fmt: skip
+             "torch threads": str(torch_threads()), "trace": trace.name}  # fmt: skip
     report = out / "report.html"
     report.write_text(render_report(records, violations, facts), encoding="utf-8")
     return DemoRun(records, violations, trace, report, images)
@@ -126,7 +127,7 @@ def run_demo(out: Path, requests: int = 12, seed: int = 0, abort_every: int = 3)
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the demo from the command line; return 0, or 1 when the monitor found a violation."""
-    parser = argparse.ArgumentParser(prog="python -m omni_runtime.runtimes.diffusers.demo", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m omni_runtime.text2image", description=__doc__)
     parser.add_argument("--out", type=Path, default=Path("out/text2image"), help="directory for the outputs")
     parser.add_argument("--requests", type=int, default=12, help="requests to submit (default 12)")
     parser.add_argument("--seed", type=int, default=0, help="the workload's seed (prompts, seeds, aborts)")
