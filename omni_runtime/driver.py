@@ -455,7 +455,7 @@ class AsyncEngine:
         if arrived is not None:
             arrived.set()
 
-    def abort_nowait(self, rid: int) -> int:
+    def abort_nowait(self, rid: int | str) -> int:
         """Ask to abort ``rid`` now, not waiting for the answer (which is not kept); return the call id."""
         return self.host.abort_nowait(rid)
 
@@ -464,8 +464,9 @@ class AsyncEngine:
         ``last``: the input ends with it. Raises ``RequestRefused`` for a request that takes no more input."""
         self.host.feed(rid, part, last)
 
-    async def abort(self, rid: int) -> bool:
-        """Abort ``rid``; return whether it took effect (``False``: the physical abort failed).
+    async def abort(self, rid: int | str) -> bool:
+        """Abort ``rid`` (the engine's id, or your own ``request_id``: ``RequestRefused`` when no open request has it);
+        return whether it took effect (``False``: the physical abort failed).
 
         After the engine stopped there is nothing left to abort: ``True``, as for a request that ended;
         after a ``shutdown()`` that failed to stop it, ``EngineNotRunning`` (no runtime would answer).

@@ -149,7 +149,7 @@ class Host:
             raise
         return rids
 
-    def abort(self, rid: int) -> int:
+    def abort(self, rid: int | str) -> int:
         """Ask to abort ``rid``; return the abort call id (its answer lands in ``abort_answers``)."""
         call, out = self.orchestrator.abort(rid)
         self.execute(out)
@@ -159,7 +159,7 @@ class Host:
         """Feed the next part of ``rid``'s streamed input (``last``: the input ends with it)."""
         self.execute(self.orchestrator.feed(rid, part, last))
 
-    def abort_nowait(self, rid: int) -> int:
+    def abort_nowait(self, rid: int | str) -> int:
         """Ask to abort ``rid``; nobody waits for the answer (it is dropped when it comes); return the call id."""
         call, out = self.orchestrator.abort(rid)
         self._unclaimed.add(call)

@@ -178,8 +178,18 @@ class Orchestrator:
         if holder is not None:
             raise RequestRefused(f"request id {request_id!r} is in use by open request {holder}")
 
-    def abort(self, rid: int) -> tuple[int, Commands]:
-        """Ask to abort client request ``rid``; return the abort call id (answered by ``AbortAnswer``)."""
+    def abort(self, rid: int | str) -> tuple[int, Commands]:
+        """Ask to abort client request ``rid`` (the engine's id, or the client's own ``request_id``); return the abort
+        call id (answered by ``AbortAnswer``).
+
+        Raises ``RequestRefused`` for a client's own id that no open request has (the request ended, and its id was
+        freed, or it never was): an engine id of an ended request is answered as an abort with nothing left to do.
+        """
+        if isinstance(rid, str):
+            found = self._by_request_id.get(rid)
+            if found is None:
+                raise RequestRefused(f"no open request has request id {rid!r:.80} (it ended, or never was)")
+            rid = found
         route = self.routes.get(rid)
         if route is not None and route.parent >= 0:
             raise RequestRefused(f"request {rid} is a sample or companion, not a client request")

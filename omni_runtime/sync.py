@@ -140,8 +140,9 @@ class Engine:
         kinds = self.host.pipeline.kinds
         return [request_result(box, n, kinds) for box in boxes]
 
-    def abort(self, rid: int) -> bool:
-        """Abort ``rid``; return whether the abort took effect (``False``: the physical abort failed)."""
+    def abort(self, rid: int | str) -> bool:
+        """Abort ``rid`` (the engine's id, or your own ``request_id``); return whether the abort took effect
+        (``False``: the physical abort failed). ``RequestRefused`` for your own id when no open request has it."""
         call = self.host.abort(rid)
         self._wait_for(call, self.host.abort_answers)
         return self.host.abort_answers.pop(call).ok
@@ -160,7 +161,7 @@ class Engine:
         Raises ``RequestRefused`` for a request that takes no more input."""
         self.host.feed(rid, part, last)
 
-    def abort_nowait(self, rid: int) -> int:
+    def abort_nowait(self, rid: int | str) -> int:
         """Ask to abort ``rid`` without pumping (safe from a listener); return the call id (answer not kept)."""
         return self.host.abort_nowait(rid)
 

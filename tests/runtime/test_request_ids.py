@@ -114,3 +114,32 @@ def test_async_messages_carry_the_request_id(loop: str) -> None:
     one, listed = asyncio.run(main())
     assert one[-1].outcome is Outcome.FINISHED and {m.request_id for m in one} == {"async-1"}
     assert listed[-1].outcome is Outcome.FINISHED and {m.request_id for m in listed} == {"async-2"}
+
+
+def test_an_abort_names_the_request_by_its_request_id() -> None:
+    pipeline = simple_pipeline([StageKind.AR], max_tokens=50)
+    with Engine(pipeline, sim_runtimes(pipeline, 2)) as engine:
+        kept = engine.submit(Prompt(max_tokens=50), request_id="keep")
+        rid = engine.submit(Prompt(max_tokens=50), request_id="stop")
+        assert engine.abort("stop") is True
+        stopped, others = list(engine.outputs(rid)), list(engine.outputs(kept))
+        with pytest.raises(RequestRefused, match="no open request has request id 'stop'"):  # ended: its id is free
+            engine.abort("stop")
+        with pytest.raises(RequestRefused, match="no open request has request id 'never'"):
+            engine.abort("never")
+        assert_drained(engine.orchestrator)
+    assert stopped[-1].outcome is Outcome.ABORTED and others[-1].outcome is Outcome.FINISHED
+
+
+@pytest.mark.parametrize("loop", ["event", "poll"])
+def test_an_async_abort_names_the_request_by_its_request_id(loop: str) -> None:
+    pipeline = simple_pipeline([StageKind.AR], max_tokens=50)
+
+    async def main() -> list[ClientMessage]:
+        async with AsyncEngine(pipeline, sim_runtimes(pipeline, 2), loop=loop) as engine:
+            rid = engine.submit(Prompt(max_tokens=50), request_id="async-stop")
+            assert await engine.abort("async-stop") is True
+            return [m async for m in engine.outputs(rid)]
+
+    messages = asyncio.run(main())
+    assert messages[-1].outcome is Outcome.ABORTED and {m.request_id for m in messages} == {"async-stop"}
