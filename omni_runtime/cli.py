@@ -24,9 +24,9 @@ from omni_runtime.protocol import RuntimeFactory, StageRuntime, build_runtimes
 from omni_runtime.runtime_names import load_factory, runtime
 from omni_runtime.workload import DemoReport, WorkloadOptions, replica_deaths, run_demo
 
-RUNTIMES = ("sim", "vllm", "diffusers")
+RUNTIMES = ("sim", "vllm", "diffusers", "ray")
 #: runtime -> the packaged example pipeline ``omni-run`` runs when given none (a factory's: the simulator's)
-EXAMPLE_FOR = {"sim": "pipeline", "vllm": "vllm_pipeline", "diffusers": "diffusion_pipeline"}
+EXAMPLE_FOR = {"sim": "pipeline", "vllm": "vllm_pipeline", "diffusers": "diffusion_pipeline", "ray": "ray_pipeline"}
 
 
 #: A failed run writes no trace: the writer puts the file in place only after its end marker.
@@ -74,10 +74,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("pipeline", nargs="?", default=argparse.SUPPRESS,
                    help="pipeline TOML file (default: the example that ships with the package, "
                         "examples/pipeline.toml, or examples/vllm_pipeline.toml with --runtime vllm)")  # fmt: skip
-    p.add_argument("--runtime", type=_runtime_name, default="sim", metavar="{sim,vllm,diffusers,PKG.MOD:FACTORY}",
+    p.add_argument("--runtime", type=_runtime_name, default="sim", metavar="{sim,vllm,diffusers,ray,PKG.MOD:FACTORY}",
                    help="stage runtime: the simulator; real vLLM engines (AR stages only), one process per "
                         "replica, on the model in --model; diffusers for the diffusion stages (AR stages on the "
-                        "simulator); or your own, the runtime factory "
+                        "simulator); each replica in a Ray actor (the cluster at RAY_ADDRESS, else a local one: "
+                        "docs/scale-out.md); or your own, the runtime factory "
                         "factory(spec, stage, replica, rpc_fails) importable as PKG.MOD:FACTORY from the current "
                         "directory (see docs/runtime.md)")  # fmt: skip
     p.add_argument("--model", default=None,

@@ -34,7 +34,7 @@ EXAMPLE = str(Path(__file__).parents[2] / "examples" / "pipeline.toml")  # three
         (["--parallel-rate", "0.6", "--companion-rate", "0.5"], "--parallel-rate + --companion-rate must be at most 1"),
         (["--seed", "x"], "argument --seed: invalid int value: 'x'"),
         (["--loop", "busy"], "argument --loop: invalid choice: 'busy'"),
-        (["--runtime", "ray"], "argument --runtime: invalid choice: 'ray'"),
+        (["--runtime", "tpu"], "argument --runtime: invalid choice: 'tpu'"),
     ],
 )
 def test_bad_option_is_an_argparse_error(tmp_path, capsys, args, message):

@@ -34,7 +34,7 @@ import contextlib
 import logging
 import os
 import weakref
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import ray
@@ -63,11 +63,22 @@ class RayRaised(OmniRuntimeError):
         self.actor_traceback = actor_traceback
 
 
-def connect() -> None:
-    """Join the cluster at ``RAY_ADDRESS`` (none set: start a local Ray), unless this program is connected already."""
+def connect(resources: Mapping[str, float] | None = None) -> None:
+    """Join the cluster at ``RAY_ADDRESS`` (none set: start a local one-node Ray that has the custom ``resources``),
+    unless this program is connected already."""
     if not ray.is_initialized():
-        ray.init(address=os.environ.get("RAY_ADDRESS") or None, include_dashboard=False,
+        address = os.environ.get("RAY_ADDRESS") or None
+        ray.init(address=address, resources=None if address else dict(resources or {}), include_dashboard=False,
                  logging_level=logging.WARNING, log_to_driver=False)  # fmt: skip
+
+
+def custom_resources(pipeline: Pipeline) -> dict[str, float]:
+    """Return the custom resources every replica of ``pipeline`` asks for together (its ``[stages.placement]``)."""
+    needs: dict[str, float] = {}
+    for spec in pipeline.stages:
+        for name, amount in dict(dict(spec.placement).get("resources", ())).items():
+            needs[name] = needs.get(name, 0.0) + float(amount) * spec.replicas
+    return needs
 
 
 def actor_options(spec: StageSpec) -> dict[str, Any]:
@@ -279,7 +290,10 @@ def ray_kit_factory(spec: StageSpec, stage: int, replica: int, rpc_fails: bool =
 
 def ray_runtimes(pipeline: Pipeline, model_dir: str | None = None) -> list[list[RayRuntime]]:
     """Return one ``RayRuntime`` per replica of every stage (``result[stage][replica]``); ``model_dir``: the model
-    of the stages whose placement runs ``vllm`` (default: the tiny Llama)."""
+    of the stages whose placement runs ``vllm`` (default: the tiny Llama). With no cluster set (``RAY_ADDRESS``) and
+    none joined, a local one-node Ray starts with the custom resources the placements ask for (``omni-run --runtime
+    ray``)."""
+    connect(custom_resources(pipeline))
 
     def made(spec: StageSpec, stage: int, replica: int, rpc_fails: bool = False) -> RayRuntime:
         vllm = dict(spec.placement).get("runtime") == "vllm"
@@ -317,5 +331,5 @@ def _first_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[0] if text else ''}"
 
 
-__all__ = ["INNER", "RayRaised", "RayRuntime", "actor_options", "connect", "ray_factory", "ray_kit_factory",
-           "ray_runtimes", "shutdown_all"]  # fmt: skip
+__all__ = ["INNER", "RayRaised", "RayRuntime", "actor_options", "connect", "custom_resources", "ray_factory",
+           "ray_kit_factory", "ray_runtimes", "shutdown_all"]  # fmt: skip
