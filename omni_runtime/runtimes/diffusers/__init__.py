@@ -68,11 +68,18 @@ def build_pipeline(model: str | None = None, seed: int = 0) -> Any:
     return pipe
 
 
+def make_denoiser(model: str | None = None, seed: int = 0, device: str = "cpu") -> Denoiser:
+    """Return a new denoiser over ``build_pipeline(model, seed)`` on ``device``; a level-2 sleep discards its weights
+    and the wake-up rebuilds them the same way (the model directory read again, or the tiny build from ``seed``: the
+    same weights to the bit)."""
+    return Denoiser(build_pipeline(model, seed).to(device), device, functools.partial(build_pipeline, model, seed))
+
+
 @functools.lru_cache(maxsize=4)
 def shared_denoiser(model: str | None, seed: int, device: str) -> Denoiser:
-    """Return the denoiser over ``build_pipeline(model, seed)`` on ``device``, built once per process (replicas
-    driven by one thread share its weights: a step never interleaves with another)."""
-    return Denoiser(build_pipeline(model, seed).to(device), device)
+    """Return ``make_denoiser(model, seed, device)``, built once per process (replicas driven by one thread share
+    its weights: a step never interleaves with another)."""
+    return make_denoiser(model, seed, device)
 
 
 def diffusers_factory(options: DiffusersOptions | None = None) -> RuntimeFactory[DiffusersRuntime]:
@@ -126,6 +133,7 @@ __all__ = [
     "diffusers_runtimes",
     "image_request",
     "kit_factory",
+    "make_denoiser",
     "shared_denoiser",
     "torch_threads",
     "words_of",

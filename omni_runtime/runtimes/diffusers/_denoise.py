@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import copy
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -59,13 +59,15 @@ class Sample:
 class Denoiser:
     """A pipeline's components on ``device``, driven step by step (see the module's docstring)."""
 
-    def __init__(self, pipe: Any, device: str) -> None:
-        self.pipe, self.device = pipe, torch.device(device)
+    def __init__(self, pipe: Any, device: str, rebuild: Callable[[], Any] | None = None) -> None:
+        self.pipe, self.device, self.rebuild = pipe, torch.device(device), rebuild
         if pipe.unet.config.time_cond_proj_dim is not None:
             raise ValueError("a UNet conditioned on the guidance scale (time_cond_proj_dim) is not supported")
         self._templates: dict[int, Any] = {}  #: steps -> the pipeline's scheduler after set_timesteps(steps)
         self._users: weakref.WeakSet[Any] = weakref.WeakSet()  #: the replicas running on these weights
-        self._asleep: weakref.WeakSet[Any] = weakref.WeakSet()  #: those of them asleep
+        #: those of them asleep, each with the level it asked for
+        self._asleep: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
+        self.weights = "loaded"  #: ``loaded``, ``offloaded`` (on the host: sleep level 1, on CUDA) or ``discarded``
 
     @property
     def native_size(self) -> tuple[int, int]:
@@ -159,26 +161,70 @@ class Denoiser:
         return list(arrays)
 
     def join(self, user: Any) -> None:
-        """Count ``user`` (a replica) among those running on these weights (until it leaves or is collected)."""
+        """Count ``user`` (a replica) among those running on these weights (until it leaves or is collected); an
+        awake replica needs them: they are restored if every other one slept them away."""
         self._users.add(user)
+        self._restore()
 
     def leave(self, user: Any) -> None:
-        """Forget ``user`` (shut down); its sleep no longer counts."""
-        self.wake(user)
+        """Forget ``user`` (shut down); its sleep no longer counts (the weights come back if a user is awake)."""
+        self._asleep.pop(user, None)
         self._users.discard(user)
+        if not self._all_asleep():
+            self._restore()
 
-    def sleep(self, user: Any) -> None:
-        """Mark ``user`` asleep; once every user sleeps, the weights of an accelerator move to the host."""
-        self._asleep.add(user)
-        if self.device.type != "cpu" and set(self._users) <= set(self._asleep):
+    def sleep(self, user: Any, level: int = 1) -> None:
+        """Mark ``user`` asleep at ``level``; once every user sleeps, the weights are freed at the lowest level they
+        asked for: level 1 moves the weights of an accelerator to the host (on the CPU there is nowhere to move them:
+        they stay), level 2 discards them (every parameter and buffer of the UNet, VAE and text encoder on the meta
+        device: no storage) and ``wake`` rebuilds them. Raise ``ValueError`` (nothing changed) for a level other than
+        1 or 2, or level 2 on a denoiser built without ``rebuild``."""
+        if level not in (1, 2):
+            raise ValueError(f"sleep level {level}: the levels are 1 (offload the weights) and 2 (discard them)")
+        if level == 2 and self.rebuild is None:
+            raise ValueError("sleep level 2: this pipeline cannot be rebuilt (no rebuild given): not discarded")
+        self._asleep[user] = level
+        if not self._all_asleep():
+            return
+        if min(self._asleep.values()) >= 2:
+            if self.weights != "discarded":
+                for module in self._modules():
+                    module.to("meta")  # the tensors' storage is released; configs and module structure stay
+                self.weights = "discarded"
+        elif self.device.type != "cpu" and self.weights == "loaded":
             self.pipe.to("cpu")
+            self.weights = "offloaded"
 
     def wake(self, user: Any) -> None:
-        """Mark ``user`` awake; the weights move back to the accelerator if they were on the host."""
+        """Mark ``user`` awake; the weights come back if they were freed (to the accelerator from the host; rebuilt
+        by ``rebuild`` if discarded: the same weights to the bit, as ``build_pipeline`` makes them)."""
         if user in self._asleep:
-            self._asleep.discard(user)
-            if self.device.type != "cpu":
-                self.pipe.to(self.device)
+            del self._asleep[user]
+            self._restore()
+
+    def parameter_bytes(self) -> int:
+        """Return the bytes of parameter storage the UNet, VAE and text encoder hold (parameters on the meta device
+        hold none), wherever it lies (on CUDA after a level-1 sleep it is on the host)."""
+        return sum(p.numel() * p.element_size() for module in self._modules() for p in module.parameters()
+                   if not p.is_meta)  # fmt: skip
+
+    def _modules(self) -> list[Any]:
+        return [self.pipe.unet, self.pipe.vae, self.pipe.text_encoder]
+
+    def _all_asleep(self) -> bool:
+        return set(self._users) <= set(self._asleep.keys())
+
+    def _restore(self) -> None:
+        """Bring the weights back where they run, if they were freed."""
+        if self.weights == "offloaded":
+            self.pipe.to(self.device)
+        elif self.weights == "discarded":
+            assert self.rebuild is not None
+            with torch.random.fork_rng(devices=[]):  # the tiny build seeds torch: the caller's RNG is left alone
+                fresh = self.rebuild()
+            for name in ("unet", "vae", "text_encoder"):
+                setattr(self.pipe, name, getattr(fresh, name).to(self.device))
+        self.weights = "loaded"
 
     def _encode_together(self, requests: Sequence[ImageRequest]) -> list[Any]:
         """Return each request's prompt embeddings (as ``start`` takes them) from one text-encoder call over every

@@ -11,8 +11,10 @@ error while starting or stepping a sample fails the requests it touched, never t
 Control RPCs are answered at the next step, with the worker's exception as the error: ``pause_scheduler`` holds
 every sample where it stands (``keep``, the default), ends each request in flight as ``Aborted`` (``abort``), or
 stops admitting and is answered once the running samples finished (``wait``); ``resume_scheduler`` lets them go
-on. ``sleep`` holds them too and, on CUDA, moves the weights to the host once every replica sharing them sleeps;
-``wake_up`` brings them back.
+on. ``sleep`` holds them too and, once every replica sharing the weights sleeps, frees them as vLLM's sleep levels
+do: level 1 moves them to the host (on CUDA; on the CPU there is nowhere to move them: the samples are held only),
+level 2 discards them (no parameter storage left); ``wake_up`` brings them back (level 2: rebuilt from where the
+pipeline was built from, the same weights to the bit). A level other than 1 or 2 is the RPC's error.
 """
 
 from __future__ import annotations
@@ -91,7 +93,7 @@ class DiffusersRuntime:
             mode = rp.pause_mode(tags) if method is ControlMethod.PAUSE_SCHEDULER else "keep"
             if self.rpc_fails:
                 raise _WorkerError(f"{method.value} raised in a worker")
-            if self._apply(method, mode, call_id):
+            if self._apply(method, mode, call_id, level):
                 return  # a pause in wait mode: answered once the running samples finished
         except Exception as exc:  # the worker's error is the answer; nothing changed
             self._rpcs.append((call_id, f"{type(exc).__name__}: {exc}"))
@@ -132,7 +134,7 @@ class DiffusersRuntime:
 
     # -- inside ---------------------------------------------------------------------------------
 
-    def _apply(self, method: ControlMethod, mode: str, call_id: int) -> bool:
+    def _apply(self, method: ControlMethod, mode: str, call_id: int, level: int) -> bool:
         """Apply a control RPC; return whether its answer waits (a pause in wait mode while samples run)."""
         if method is ControlMethod.PAUSE_SCHEDULER:
             if mode == "abort":
@@ -148,7 +150,7 @@ class DiffusersRuntime:
                 self._rpcs.append((waiting, None))
             self.draining.clear()
         elif method is ControlMethod.SLEEP:
-            self.denoiser.sleep(self)
+            self.denoiser.sleep(self, level)
             self.held.add(method)
         else:
             self.denoiser.wake(self)

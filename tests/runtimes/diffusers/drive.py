@@ -11,7 +11,14 @@ from omni_fsm import ControlMethod, StageKind
 from omni_runtime import protocol as rp
 from omni_runtime.adapters import Sampling, StageInput
 from omni_runtime.pipeline import StageSpec
-from omni_runtime.runtimes.diffusers import DiffusersOptions, DiffusersRuntime, diffusers_factory
+from omni_runtime.runtimes.diffusers import (
+    WORDS,
+    Denoiser,
+    DiffusersOptions,
+    DiffusersRuntime,
+    RequestDefaults,
+    diffusers_factory,
+)
 from omni_runtime.testing._checker import RawStreamChecker
 
 
@@ -40,13 +47,18 @@ def stage(max_running: int = 4, steps: int = 3) -> StageSpec:
 
 
 class Driven:
-    """One replica made by the runtime's factory, bound to a recorder that also judges its stream."""
+    """One replica made by the runtime's factory (or on ``denoiser``, with the factory's defaults), bound to a
+    recorder that also judges its stream."""
 
     def __init__(self, spec: StageSpec | None = None, rpc_fails: bool = False,
-                 options: DiffusersOptions | None = None) -> None:  # fmt: skip
+                 options: DiffusersOptions | None = None, denoiser: Denoiser | None = None) -> None:  # fmt: skip
         self.spec = spec or stage()
         self.rpc_fails = rpc_fails
-        self.runtime: DiffusersRuntime = diffusers_factory(options)(self.spec, 0, 0, rpc_fails)
+        if denoiser is None:
+            self.runtime: DiffusersRuntime = diffusers_factory(options)(self.spec, 0, 0, rpc_fails)
+        else:
+            defaults = RequestDefaults(7.5, self.spec.steps, *denoiser.native_size, WORDS, 0)
+            self.runtime = DiffusersRuntime(self.spec, denoiser, defaults, None, rpc_fails)
         self.checker = RawStreamChecker(spec=self.spec)
         self.reports: list[rp.Report] = []
         self.runtime.bind(self._sink)
@@ -63,9 +75,9 @@ class Driven:
         self.checker.aborting(abort_id, list(req_ids))
         self.runtime.abort_requests(abort_id, req_ids)
 
-    def control(self, call_id: int, method: ControlMethod, *tags: str) -> None:
+    def control(self, call_id: int, method: ControlMethod, *tags: str, level: int = 1) -> None:
         self.checker.rpc(call_id, self.rpc_fails, aborts_all="abort" in tags)
-        self.runtime.control(call_id, method, 1, frozenset(tags))
+        self.runtime.control(call_id, method, level, frozenset(tags))
 
     def step(self, times: int = 1) -> None:
         for _ in range(times):

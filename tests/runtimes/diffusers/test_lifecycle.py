@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 
 from omni_fsm import ControlMethod, StageKind, StopKind
 from omni_runtime import protocol as rp
 from omni_runtime.adapters import StageInput
 from omni_runtime.errors import ConfigError
 from omni_runtime.pipeline import StageSpec
-from omni_runtime.runtimes.diffusers import WORDS, diffusers_factory
+from omni_runtime.runtimes.diffusers import WORDS, Denoiser, build_pipeline, diffusers_factory, make_denoiser
 from tests.runtimes.diffusers.drive import Ask, Driven, stage
 
 
@@ -102,14 +103,73 @@ def test_pause_holds_the_samples_and_resume_finishes_them_unchanged():
 
 def test_sleep_holds_the_samples_until_wake_up():
     driven = Driven()
+    denoiser = driven.runtime.denoiser
+    awake = denoiser.parameter_bytes()
     driven.add(1, Ask("red cat", steps=2))
-    driven.control(10, ControlMethod.SLEEP)
+    driven.control(10, ControlMethod.SLEEP)  # level 1: on the CPU nothing to offload to, the weights stay
     driven.step(3)
     assert driven.runtime.unet_calls == 0
+    assert denoiser.parameter_bytes() == awake
     driven.control(11, ControlMethod.WAKE_UP)
     driven.run()
     assert 1 in driven.images()
     assert driven.judged_clean() == []
+
+
+def test_sleep_level_2_frees_the_weights_once_every_replica_sharing_them_sleeps_and_wake_up_restores_them(capsys):
+    denoiser = make_denoiser()  # its own weights: no other test's replica shares them
+    first, second = Driven(denoiser=denoiser), Driven(denoiser=denoiser)
+    ask = Ask("red cat", "dark", 5.0, steps=3, seed=8)
+    first.add(1, ask)
+    first.run()
+    before = first.images()[1]
+    awake = denoiser.parameter_bytes()
+    reference = build_pipeline()  # what the weights were built as
+
+    first.add(2, ask)
+    first.step()  # one of its three steps done: held while asleep
+    first.control(10, ControlMethod.SLEEP, level=2)
+    assert denoiser.parameter_bytes() == awake  # the second replica is awake: nothing freed
+    second.control(20, ControlMethod.SLEEP, level=2)
+    asleep = denoiser.parameter_bytes()
+    assert asleep < awake / 10
+    assert all(p.is_meta for p in denoiser.pipe.unet.parameters())
+    first.step(3)
+    second.step(3)
+    assert first.runtime.unet_calls == 4  # the first request's three steps and one of the second's, nothing since
+
+    first.control(11, ControlMethod.WAKE_UP)  # one replica awake: it needs the weights back
+    woken = denoiser.parameter_bytes()
+    assert woken == awake
+    for name in ("unet", "vae", "text_encoder"):
+        restored, built = getattr(denoiser.pipe, name).state_dict(), getattr(reference, name).state_dict()
+        assert restored.keys() == built.keys()
+        assert all(torch.equal(restored[k], built[k]) for k in built), name
+    second.control(21, ControlMethod.WAKE_UP)
+    first.add(3, ask)
+    first.run()
+    second.run()
+    images = first.images()
+    assert np.array_equal(images[2], before)  # denoised across the sleep: the same bits
+    assert np.array_equal(images[3], before)  # started after the wake-up: the same bits
+    assert first.judged_clean() == [] and second.judged_clean() == []
+    with capsys.disabled():
+        print(f"\nparameter bytes: awake {awake}, asleep (level 2) {asleep}, after wake-up {woken}")
+
+
+def test_a_sleep_level_the_runtime_does_not_offer_is_refused_and_changes_nothing():
+    denoiser = make_denoiser()
+    driven = Driven(denoiser=denoiser)
+    awake = denoiser.parameter_bytes()
+    with pytest.raises(ValueError, match="sleep level 3"):
+        denoiser.sleep(driven.runtime, 3)
+    bare = Denoiser(build_pipeline(), "cpu")  # no rebuild: level 2 would lose the weights for good
+    with pytest.raises(ValueError, match="cannot be rebuilt"):
+        bare.sleep(driven.runtime, 2)
+    assert denoiser.parameter_bytes() == awake and bare.parameter_bytes() == awake
+    driven.add(1, Ask("red cat", steps=1))
+    driven.run()
+    assert 1 in driven.images()
 
 
 def test_pause_in_abort_mode_ends_every_request_in_flight_as_aborted():
