@@ -25,6 +25,7 @@ RUNTIMES: dict[str, str] = {
     "sim-kit": "omni_runtime.runtimes.sim:kit_replica",  # the conformance kit's reference runtime
     "sim-config": "omni_runtime.runtimes.sim:demo_config",  # the simulator's faults for the demo
     "vllm": "omni_runtime.runtimes.vllm:vllm_runtimes",  # real vLLM engines, a process per replica (AR stages)
+    "vllm-factory": "omni_runtime.runtimes.vllm:vllm_factory",  # the same, as a factory of AR replicas
     "diffusers": "omni_runtime.runtimes.diffusers:diffusers_runtimes",  # diffusion stages on diffusers, AR on sim
     "ray": "omni_runtime.runtimes.ray:ray_runtimes",  # each replica in a Ray actor, placed by [stages.placement]
 }

@@ -108,11 +108,16 @@ def kit_factory(spec: StageSpec, stage: int, replica: int, rpc_fails: bool = Fal
 def diffusers_runtimes(pipeline: Pipeline, options: DiffusersOptions | None = None,
                        ar_runtime: str = "sim") -> list[list[StageRuntime]]:  # fmt: skip
     """Return every stage's replicas, ``result[stage][replica]``: diffusion stages on diffusers (``options``), AR
-    stages on the runtime named ``ar_runtime`` in ``omni_runtime.runtime_names`` (default: the simulator)."""
+    stages on the runtime named ``ar_runtime`` in ``omni_runtime.runtime_names`` (default: the simulator; ``vllm``:
+    a real vLLM engine per AR replica, each in a process of its own, on the tiny Llama)."""
     from omni_runtime.runtime_names import runtime
 
     factory = diffusers_factory(options)
     kinds = {spec.kind for spec in pipeline.stages}
+    if ar_runtime == "vllm":  # vLLM runs AR stages only: its replicas are made stage by stage
+        ar_factory: RuntimeFactory[StageRuntime] = runtime("vllm-factory")()
+        return [[(factory if spec.kind is StageKind.DIFFUSION else ar_factory)(spec, stage, replica, False)
+                 for replica in range(spec.replicas)] for stage, spec in enumerate(pipeline.stages)]  # fmt: skip
     others: list[list[StageRuntime]] = runtime(ar_runtime)(pipeline) if StageKind.AR in kinds else []
     return [[factory(spec, stage, replica, False) for replica in range(spec.replicas)]
             if spec.kind is StageKind.DIFFUSION else others[stage] for stage, spec in enumerate(pipeline.stages)]

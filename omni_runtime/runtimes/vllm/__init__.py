@@ -15,7 +15,8 @@ from omni_fsm import StageKind
 from omni_runtime.adapters import StageInput
 from omni_runtime.errors import ConfigError
 from omni_runtime.pipeline import Pipeline, StageSpec
-from omni_runtime.runtimes.process import ProcessRuntime, process_runtimes
+from omni_runtime.protocol import RuntimeFactory
+from omni_runtime.runtimes.process import ProcessRuntime, process_factory, process_runtimes
 from omni_runtime.runtimes.vllm._config import SchedulerOptions, build_scheduler
 from omni_runtime.runtimes.vllm._plan import RequestPlan, plan_for
 from omni_runtime.runtimes.vllm.scheduler import VllmSchedulerRuntime, reports_for_moves
@@ -84,6 +85,26 @@ ENGINE_ENV = {
 }  # fmt: skip
 
 
+def vllm_factory(model_dir: str | None = None) -> RuntimeFactory[ProcessRuntime]:
+    """Return the runtime factory of a real vLLM engine per replica of an AR stage, each in a process of its own
+    (``engine_factory`` on ``model_dir``, default: the tiny Llama, built once): for a pipeline whose other stages
+    run elsewhere (``diffusers_runtimes(pipeline, ar_runtime="vllm")``). ``ENGINE_ENV`` is set where not set."""
+    for key, value in ENGINE_ENV.items():
+        os.environ.setdefault(key, value)
+    model = model_dir if model_dir is not None else str(tiny_model_dir())
+    if not (Path(model) / "config.json").is_file():
+        raise ConfigError(f"{model}: no model there (config.json missing)")
+    made = process_factory("omni_runtime.runtimes.vllm:engine_factory", model)
+
+    def factory(spec: StageSpec, stage: int, replica: int, rpc_fails: bool = False) -> ProcessRuntime:
+        if spec.kind is not StageKind.AR:
+            raise ConfigError(f"stage {stage} ({spec.name!r}) is {spec.kind.value}: the vllm runtime runs AR stages "
+                              "only")  # fmt: skip
+        return made(spec, stage, replica, rpc_fails)
+
+    return factory
+
+
 def vllm_runtimes(pipeline: Pipeline, model_dir: str | None = None) -> list[list[ProcessRuntime]]:
     """Return a real vLLM engine per replica of every stage, each in a process of its own (``engine_factory`` on
     ``model_dir``, default: the tiny Llama, built once); ``ENGINE_ENV`` is set for them where not set already.
@@ -101,4 +122,5 @@ def vllm_runtimes(pipeline: Pipeline, model_dir: str | None = None) -> list[list
 
 __all__ = ["ENGINE_ENV", "RequestPlan", "SchedulerOptions", "VllmSchedulerRuntime", "build_scheduler",
            "build_tiny_llama", "engine_factory", "engine_kit_factory", "plan_for", "reports_for_moves",
-           "scheduler_factory", "tiny_model_dir", "vllm_runtimes", "write_tiny_llama_config"]  # fmt: skip
+           "scheduler_factory", "tiny_model_dir", "vllm_factory", "vllm_runtimes",
+           "write_tiny_llama_config"]  # fmt: skip
