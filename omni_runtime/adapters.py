@@ -166,6 +166,25 @@ def ar_to_ar(prompt: Prompt, upstream: Any, companions: tuple[Any, ...], text: s
     return StageInput(tuple(upstream or ()), None, prompt.max_tokens)
 
 
+def ar_tokens_to_ar(prompt: Prompt, upstream: Any, companions: tuple[Any, ...],
+                    text: str | None = None) -> StageInput:  # fmt: skip
+    """Return an AR stage's input from the previous AR stage's sampled token ids only (never its text or tensors):
+    its result's ``token_ids`` (a stage result mapping), else the result itself (a tuple of ids)."""
+    ids = upstream.get("token_ids") if isinstance(upstream, Mapping) else upstream
+    return StageInput(tuple(ids or ()), None, prompt.max_tokens)
+
+
+def ar_hidden_to_embeds(prompt: Prompt, upstream: Any, companions: tuple[Any, ...],
+                        text: str | None = None) -> StageInput:  # fmt: skip
+    """Return an AR stage's input conditioned on the previous AR stage's hidden states: its result's
+    ``hidden_states`` ([tokens, hidden], the payload that stage built) as prompt embeddings
+    (``multimodal["prompt_embeds"]``); ``ValueError`` when it sent none (a token-only stage)."""
+    hidden = upstream.get("hidden_states") if isinstance(upstream, Mapping) else None
+    if hidden is None:
+        raise ValueError("the previous stage sent no hidden states: its payload policy is token-only")
+    return StageInput((), {"prompt_embeds": hidden}, prompt.max_tokens)
+
+
 def ar_to_diffusion(prompt: Prompt, upstream: Any, companions: tuple[Any, ...],
                     text: str | None = None) -> StageInput:  # fmt: skip
     """Return a diffusion stage's conditioning: prior tokens, CFG companions' tokens, image size, and the client's
@@ -186,12 +205,16 @@ def companion_input(prompt: Prompt) -> Prompt:
 
 
 #: input adapter name (a pipeline file's ``adapter``) -> the function building a stage's input
-INPUT_ADAPTERS: dict[str, InputAdapter] = {"prompt": prompt_input, "ar2ar": ar_to_ar, "ar2diffusion": ar_to_diffusion}
+INPUT_ADAPTERS: dict[str, InputAdapter] = {"prompt": prompt_input, "ar2ar": ar_to_ar, "ar2diffusion": ar_to_diffusion,
+                                           "ar_tokens2ar": ar_tokens_to_ar,
+                                           "ar_hidden2embeds": ar_hidden_to_embeds}  # fmt: skip
 #: input adapter -> (the kind of stage whose output it reads, ``None``: the client's prompt; kinds it feeds)
 ADAPTER_KINDS: dict[str, tuple[StageKind | None, frozenset[StageKind]]] = {
     "prompt": (None, frozenset(StageKind)),
     "ar2ar": (StageKind.AR, frozenset({StageKind.AR})),
     "ar2diffusion": (StageKind.AR, frozenset({StageKind.DIFFUSION})),
+    "ar_tokens2ar": (StageKind.AR, frozenset({StageKind.AR})),
+    "ar_hidden2embeds": (StageKind.AR, frozenset({StageKind.AR})),
 }
 
 

@@ -233,7 +233,8 @@ def simple_pipeline(kinds: Sequence[StageKind], final: Sequence[bool] | None = N
 # -- TOML ----------------------------------------------------------------------------------
 
 #: the packaged example pipelines: ``examples/NAME.toml`` of the checkout, shipped in the wheel
-EXAMPLES = ("pipeline", "vllm_pipeline", "ray_pipeline", "diffusion_pipeline")
+EXAMPLES = ("pipeline", "vllm_pipeline", "ray_pipeline", "diffusion_pipeline", "thinker_talker_hidden",
+            "thinker_talker_tokens")  # fmt: skip
 
 
 def example_pipeline(name: str = "pipeline") -> Path:

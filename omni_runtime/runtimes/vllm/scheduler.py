@@ -365,8 +365,13 @@ class VllmSchedulerRuntime:
         params.update_from_generation_config({}, eos_token_id=self.engine.eos_token_id)
         if live.request is not None:
             return Request(str(live.req_id), list(token_ids or ()), params, None, resumable=resumable)
-        return ObservedRequest(str(live.req_id), list(token_ids or ()), params, None, hook=self._observe, plan=plan,
-                               block_hasher=self._hasher, resumable=resumable)  # fmt: skip
+        return ObservedRequest(str(live.req_id), sampling_params=params, pooling_params=None, hook=self._observe,
+                               plan=plan, block_hasher=self._hasher, resumable=resumable,
+                               **self._prompt(live, token_ids))  # fmt: skip
+
+    def _prompt(self, live: _Live, token_ids: Sequence[int] | None) -> dict[str, Any]:
+        """Return a new request's prompt, as vLLM's ``Request`` takes it (a subclass may give prompt embeddings)."""
+        return {"prompt_token_ids": list(token_ids or ())}
 
     def _observe(self, request: Request, old: RequestStatus | None, new: RequestStatus) -> None:
         self._log.append((request, old, new))
