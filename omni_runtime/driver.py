@@ -24,18 +24,18 @@ import contextlib
 import logging
 from collections import deque
 from collections.abc import AsyncGenerator, Coroutine, Sequence
-from typing import Any, overload
+from typing import Any, cast, overload
 
 from omni_fsm import SPEC, ControlMethod, Spec
 from omni_runtime import commands as cmd
 from omni_runtime import protocol as rp
 from omni_runtime.adapters import Prompt
 from omni_runtime.commands import ClientMessage
-from omni_runtime.errors import ConfigError, EngineNotRunning, NoProgress, OmniRuntimeError, RequestRefused, RpcError
+from omni_runtime.errors import ConfigError, EngineNotRunning, NoProgress, OmniRuntimeError, RpcError
 from omni_runtime.host import Host, Listener
 from omni_runtime.orchestrator import StepHook
 from omni_runtime.pipeline import Pipeline, require_pipeline
-from omni_runtime.results import RequestResult, request_result
+from omni_runtime.results import RequestResult, as_batch, request_result
 from omni_runtime.runtime_names import runtime
 from omni_runtime.watchdog import Watchdog, no_progress
 
@@ -367,13 +367,10 @@ class AsyncEngine:
         with ``n`` and ``companions``; prompt ``i`` with ``request_ids[i]``), all submitted before any is awaited;
         cancelling the await aborts the requests not ended, and so does a wait that gives up (``NoProgress``).
         """
-        if isinstance(prompt, list | tuple):
-            if request_id is not None:
-                raise RequestRefused("a list of prompts takes request_ids=[...] (one per prompt), not request_id")
-            return self._generate_all(prompt, n, companions, request_ids)
-        if request_ids is not None:
-            raise RequestRefused("one prompt takes request_id=..., not request_ids (that is for a list of prompts)")
-        return self._generate_one(prompt, n, companions, request_id)
+        batch = as_batch(prompt, request_id, request_ids)
+        if batch is not None:
+            return self._generate_all(batch, n, companions, request_ids)
+        return self._generate_one(cast(Prompt | None, prompt), n, companions, request_id)
 
     async def _generate_one(self, prompt: Prompt | None, n: int, companions: int,
                             request_id: str | None) -> AsyncGenerator[ClientMessage, None]:  # fmt: skip

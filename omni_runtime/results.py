@@ -14,6 +14,7 @@ import attrs
 
 from omni_fsm import Outcome, StageKind
 from omni_runtime.commands import ClientMessage
+from omni_runtime.errors import RequestRefused
 
 
 @attrs.frozen(slots=True)
@@ -69,3 +70,16 @@ def _sample(messages: Sequence[ClientMessage], end: ClientMessage, index: int,
     made = tuple(t for m in parts if m.data for t in m.data) if tokens else None
     reason = (last or end).reason
     return made, "".join(texts) if texts else None, reason, None if last is None else last.stop_reason
+
+
+def as_batch(prompt: Any, request_id: str | None, request_ids: Sequence[str | None] | None) -> Sequence[Any] | None:
+    """Return ``generate``'s prompts as a batch (a list or tuple given), else ``None`` (one prompt, or none);
+    ``RequestRefused`` for the id keyword of the other form (``request_ids`` goes with a list, ``request_id`` with
+    one prompt). The sync and the asyncio engine both ask this."""
+    if isinstance(prompt, list | tuple):
+        if request_id is not None:
+            raise RequestRefused("a list of prompts takes request_ids=[...] (one per prompt), not request_id")
+        return prompt
+    if request_ids is not None:
+        raise RequestRefused("one prompt takes request_id=..., not request_ids (that is for a list of prompts)")
+    return None

@@ -27,6 +27,7 @@ RUNTIMES: dict[str, str] = {
     "vllm": "omni_runtime.runtimes.vllm:vllm_runtimes",  # real vLLM engines, a process per replica (AR stages)
     "vllm-factory": "omni_runtime.runtimes.vllm:vllm_factory",  # the same, as a factory of AR replicas
     "diffusers": "omni_runtime.runtimes.diffusers:diffusers_runtimes",  # diffusion stages on diffusers, AR on sim
+    "diffusers-demo": "omni_runtime.runtimes.diffusers:demo_kit",  # what the text-to-image demo uses besides
     "ray": "omni_runtime.runtimes.ray:ray_runtimes",  # each replica in a Ray actor, placed by [stages.placement]
 }
 #: the runtime a pipeline runs on when none is given

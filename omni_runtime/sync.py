@@ -18,17 +18,17 @@ between reports (a diffusion sample of many steps, a wait for remote KV blocks).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, overload
+from typing import Any, cast, overload
 
 from omni_fsm import SPEC, ControlMethod, Spec
 from omni_runtime import protocol as rp
 from omni_runtime.adapters import Prompt
 from omni_runtime.commands import ClientMessage
-from omni_runtime.errors import OmniRuntimeError, RequestRefused, RpcError
+from omni_runtime.errors import OmniRuntimeError, RpcError
 from omni_runtime.host import Host, Listener
 from omni_runtime.orchestrator import StepHook
 from omni_runtime.pipeline import Pipeline, require_pipeline
-from omni_runtime.results import RequestResult, request_result
+from omni_runtime.results import RequestResult, as_batch, request_result
 from omni_runtime.runtime_names import runtime
 from omni_runtime.watchdog import Watchdog, no_progress
 
@@ -106,13 +106,10 @@ class Engine:
         A request that is aborted or fails has its result like the others. If the wait gives up (``NoProgress``)
         the requests not ended are aborted: nothing could read them.
         """
-        if isinstance(prompt, list | tuple):
-            if request_id is not None:
-                raise RequestRefused("a list of prompts takes request_ids=[...] (one per prompt), not request_id")
-            return self._generate_all(prompt, n, companions, request_ids)
-        if request_ids is not None:
-            raise RequestRefused("one prompt takes request_id=..., not request_ids (that is for a list of prompts)")
-        return list(self.outputs(self.submit(prompt, n, companions, request_id=request_id)))
+        batch = as_batch(prompt, request_id, request_ids)
+        if batch is not None:
+            return self._generate_all(batch, n, companions, request_ids)
+        return list(self.outputs(self.submit(cast(Prompt | None, prompt), n, companions, request_id=request_id)))
 
     def _generate_all(self, prompts: Sequence[Prompt], n: int, companions: int,
                       request_ids: Sequence[str | None] | None) -> list[RequestResult]:  # fmt: skip

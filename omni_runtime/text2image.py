@@ -24,8 +24,7 @@ from omni_fsm.trace import TraceWriter
 from omni_runtime.adapters import Prompt, Sampling
 from omni_runtime.commands import ClientMessage
 from omni_runtime.pipeline import example_pipeline, load_pipeline
-from omni_runtime.runtimes.diffusers import WORDS, diffusers_runtimes, torch_threads
-from omni_runtime.runtimes.diffusers.report import RequestRecord, png_bytes, render_report
+from omni_runtime.runtime_names import runtime
 from omni_runtime.sync import Engine
 
 
@@ -33,19 +32,19 @@ from omni_runtime.sync import Engine
 class DemoRun:
     """What the demo made: a record per request (in submission order), the monitor's violations, the files."""
 
-    records: list[RequestRecord]
+    records: list[Any]  #: ``omni_runtime.runtimes.diffusers.report.RequestRecord``
     violations: list[str]
     trace: Path
     report: Path
     images: list[Path]
 
 
-def _workload(requests: int, rng: random.Random) -> list[tuple[str, str | None, int]]:
+def _workload(requests: int, rng: random.Random, words: tuple[str, ...]) -> list[tuple[str, str | None, int]]:
     """Return (prompt, negative prompt, image side) per request: one in 5 with no negative prompt, the 4th a size
     that is not a multiple of 8 (the diffusion stage fails it)."""
     asks = []
     for i in range(requests):
-        prompt = " ".join(rng.choice(WORDS) for _ in range(rng.randint(2, 4)))
+        prompt = " ".join(rng.choice(words) for _ in range(rng.randint(2, 4)))
         negative = None if i % 5 == 4 else rng.choice(("dark", "blurry sky", "old photo"))
         asks.append((prompt, negative, 20 if i % 8 == 3 else 16))
     return asks
@@ -55,7 +54,8 @@ def run_demo(out: Path, requests: int = 12, seed: int = 0, abort_every: int = 3)
     """Run the demo into ``out``; return what it made. Every ``abort_every``-th request (from the 2nd) is aborted
     at a random round while it runs."""
     out.mkdir(parents=True, exist_ok=True)
-    torch_threads(1)
+    kit = runtime("diffusers-demo")()  # the diffusers package, by name: this driver imports no runtime
+    kit.torch_threads(1)
     rng = random.Random(seed)
     pipeline = load_pipeline(example_pipeline("diffusion_pipeline"))
     monitor = Monitor(pipeline.kinds, pipeline.final, pipeline.slots)
@@ -72,8 +72,8 @@ def run_demo(out: Path, requests: int = 12, seed: int = 0, abort_every: int = 3)
                 if isinstance(o, ob.Forwarded):
                     forwarded.setdefault(o.rid, time.perf_counter() - start)
 
-        engine = Engine(pipeline, diffusers_runtimes(pipeline), on_step=on_step)
-        asks = _workload(requests, rng)
+        engine = Engine(pipeline, runtime("diffusers")(pipeline), on_step=on_step)
+        asks = _workload(requests, rng, kit.words)
         boxes: list[list[ClientMessage]] = [[] for _ in asks]
         ended = [0.0 for _ in asks]
 
@@ -111,17 +111,17 @@ def run_demo(out: Path, requests: int = 12, seed: int = 0, abort_every: int = 3)
         data: Any = last.data if isinstance(last.data, dict) else {}
         outcome = last.outcome.value if last.outcome is not None else "unknown"
         image = data.get("image") if outcome == "finished" else None
-        records.append(RequestRecord(rid, prompt, negative, outcome, last.error or last.reason, at, forwarded.get(rid),
+        records.append(kit.record(rid, prompt, negative, outcome, last.error or last.reason, at, forwarded.get(rid),
                                      end, image, str(data.get("prompt", ""))))  # fmt: skip
         if image is not None:
             images.append(out / f"request-{rid}.png")
-            images[-1].write_bytes(png_bytes(image))
+            images[-1].write_bytes(kit.png_bytes(image))
     violations = [str(v) for v in monitor.violations]
     wall = time.perf_counter() - start
     facts = {"pipeline": pipeline.name, "requests": str(requests), "wall time": f"{wall:.2f} s",
-             "torch threads": str(torch_threads()), "trace": trace.name}  # fmt: skip
+             "torch threads": str(kit.torch_threads()), "trace": trace.name}  # fmt: skip
     report = out / "report.html"
-    report.write_text(render_report(records, violations, facts), encoding="utf-8")
+    report.write_text(kit.render_report(records, violations, facts), encoding="utf-8")
     return DemoRun(records, violations, trace, report, images)
 
 

@@ -39,6 +39,6 @@ def test_every_name_resolves_and_the_default_is_the_simulator():
 
 
 def test_an_unknown_name_is_a_config_error_naming_the_known_ones():
-    known = "diffusers, ray, sim, sim-config, sim-kit, vllm, vllm-factory"
+    known = "diffusers, diffusers-demo, ray, sim, sim-config, sim-kit, vllm, vllm-factory"
     with pytest.raises(ConfigError, match=rf"unknown runtime 'nope' \(known: {known}\)"):
         runtime("nope")

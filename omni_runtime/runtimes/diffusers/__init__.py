@@ -50,6 +50,25 @@ def torch_threads(threads: int | None = None) -> int:
     return int(torch.get_num_threads())
 
 
+@attrs.frozen
+class DemoKit:
+    """What a text-to-image program takes from this package besides its runtimes (``omni_runtime.text2image`` reaches
+    it by name, ``runtime("diffusers-demo")()``, and imports no runtime itself)."""
+
+    words: tuple[str, ...]  #: the tiny tokenizer's vocabulary: prompts made of them are read word for word
+    torch_threads: Any  #: ``torch_threads(n)``
+    record: Any  #: ``report.RequestRecord``
+    png_bytes: Any  #: ``report.png_bytes``
+    render_report: Any  #: ``report.render_report``
+
+
+def demo_kit() -> DemoKit:
+    """Return the parts of this package a text-to-image demo uses."""
+    from omni_runtime.runtimes.diffusers import report
+
+    return DemoKit(tuple(WORDS), torch_threads, report.RequestRecord, report.png_bytes, report.render_report)
+
+
 def default_device() -> str:
     """Return ``cuda`` when a CUDA device is present, else ``cpu``."""
     return "cuda" if torch.cuda.is_available() else "cpu"

@@ -98,6 +98,15 @@ class Driven:
         """Return each finished request's image."""
         return {r.req_id: r.payload["image"] for r in self.reports if isinstance(r, rp.Finished)}
 
+    def stock_difference(self, rid: int, stock_image: Any) -> float:
+        """Return the max-abs difference between ``rid``'s finished image and the stock pipeline's for what the stage
+        read (prompt, negative prompt, guidance, steps, seed: the ``Finished`` payload); ``StopIteration``: no
+        image."""
+        made = next(r.payload for r in self.reports if isinstance(r, rp.Finished) and r.req_id == rid)
+        reference = stock_image(made["prompt"], made["negative_prompt"], made["guidance_scale"], made["steps"],
+                                made["seed"])  # fmt: skip
+        return float(abs(made["image"] - reference).max())
+
     def judged_clean(self) -> list[str]:
         """Return the stream's violations once idle (every request ended, every RPC and abort answered): none
         expected."""
