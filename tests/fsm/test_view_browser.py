@@ -8,7 +8,6 @@ them the tests are skipped on a developer's machine and fail under ``CI=true`` (
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,29 +17,15 @@ import pytest
 from omni_fsm.cli import main as cli_main
 from omni_fsm.registry import load_registry, packaged_root
 
-from ..unavailable import unavailable
+from ..browser import Opened, chromium
 from .view_traces import cross_failure_counterexample, demo_trace, request_ids
-
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]  # fmt: skip
 
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
     """One headless Chromium for the module (launching it is most of a test's time)."""
-    if shutil.which(CHROMIUM) is None:
-        unavailable(f"{CHROMIUM} (Debian's chromium package: make test installs it)")
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        unavailable("the playwright package (pip install -e '.[dev]')")
-    with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        try:
-            yield chromium
-        finally:
-            chromium.close()
+    with chromium() as launched:
+        yield launched
 
 
 class Loaded:
@@ -49,13 +34,8 @@ class Loaded:
     def __init__(self, browser: Any, trace: Path) -> None:
         self.html = trace.with_suffix(".html")
         assert cli_main(["view", str(trace), "-o", str(self.html)]) == 0
-        self.page = browser.new_page()
-        self.errors: list[str] = []
-        self.requests: list[str] = []
-        self.page.on("console", lambda msg: self.errors.append(msg.text) if msg.type == "error" else None)
-        self.page.on("pageerror", lambda exc: self.errors.append(str(exc)))
-        self.page.on("request", lambda request: self.requests.append(request.url))
-        self.page.goto(self.html.as_uri(), wait_until="load")
+        opened = Opened(browser, self.html)
+        self.page, self.errors, self.requests = opened.page, opened.errors, opened.requests
 
     def count(self, selector: str, visible: bool = False) -> int:
         return int(self.page.locator(selector + (":visible" if visible else "")).count())

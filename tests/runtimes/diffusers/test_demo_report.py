@@ -4,7 +4,6 @@ image per finished request and marks the aborted and failed ones, with no consol
 
 from __future__ import annotations
 
-import shutil
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,8 +15,7 @@ import pytest
 from omni_fsm.cli import main as cli_main
 from omni_runtime.runtimes.diffusers.report import png_bytes
 from omni_runtime.text2image import DemoRun, main, run_demo
-from tests.fsm.test_view_browser import CHROMIUM, CHROMIUM_ARGS
-from tests.unavailable import unavailable
+from tests.browser import Opened, chromium
 
 
 @pytest.fixture(scope="module")
@@ -74,25 +72,9 @@ def test_the_cli_writes_the_report_and_says_so(tmp_path: Path, capsys: pytest.Ca
 
 @pytest.fixture(scope="module")
 def page(demo: DemoRun) -> Iterator[tuple[Any, list[str], list[str]]]:
-    if shutil.which(CHROMIUM) is None:
-        unavailable(f"{CHROMIUM} (Debian's chromium package: make test installs it)")
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        unavailable("the playwright package (pip install -e '.[dev]')")
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        try:
-            loaded = browser.new_page()
-            errors: list[str] = []
-            requests: list[str] = []
-            loaded.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
-            loaded.on("pageerror", lambda exc: errors.append(str(exc)))
-            loaded.on("request", lambda request: requests.append(request.url))
-            loaded.goto(demo.report.as_uri(), wait_until="load")
-            yield loaded, errors, requests
-        finally:
-            browser.close()
+    with chromium() as browser:
+        opened = Opened(browser, demo.report)
+        yield opened.page, opened.errors, opened.requests
 
 
 def test_the_report_draws_one_image_per_finished_request(demo: DemoRun, page: Any) -> None:
