@@ -452,6 +452,14 @@ class AsyncEngine:
         if arrived is not None:
             arrived.set()
 
+    def replace_replica(self, stage: int, replica: int, runtime: rp.StageRuntime) -> None:
+        """Put ``runtime`` (not bound yet) in the place of ``replica`` of ``stage``, a replica that was lost (its
+        requests ended with it); call it in the engine's event loop. Its replica loop steps it from now on. Raises
+        ``RequestRefused`` for a live replica, ``EngineNotRunning`` once the engine stopped or died."""
+        if self._shut or self._cause:
+            raise EngineNotRunning("the engine is shut down: no replica is replaced")
+        self.host.replace(stage, replica, runtime)
+
     def abort_nowait(self, rid: int | str) -> int:
         """Ask to abort ``rid`` now, not waiting for the answer (which is not kept); return the call id."""
         return self.host.abort_nowait(rid)

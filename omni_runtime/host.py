@@ -25,7 +25,7 @@ from omni_fsm import SPEC, ControlMethod, EngineState, Outcome, Spec
 from omni_runtime import commands as cmd
 from omni_runtime import protocol as rp
 from omni_runtime.adapters import Prompt
-from omni_runtime.errors import ConfigError, OmniRuntimeError, RequestRefused
+from omni_runtime.errors import ConfigError, EngineNotRunning, OmniRuntimeError, RequestRefused
 from omni_runtime.orchestrator import Orchestrator, StepHook
 from omni_runtime.pipeline import Pipeline, require_pipeline
 
@@ -81,13 +81,15 @@ class Host:
         #: request was aborted, nothing else); ``listener_error_count`` counts them all, also those not kept
         self.listener_errors: list[tuple[int, Exception]] = []
         self.listener_error_count = 0
-        self._sinks = [[self._sink(stage, replica) for replica in range(len(r))] for stage, r in enumerate(runtimes)]
+        self._sinks = [[self._sink(stage, replica, self.buffers[stage][replica]) for replica in range(len(r))]
+                       for stage, r in enumerate(runtimes)]  # fmt: skip
         for stage, replicas in enumerate(self.runtimes):
             for replica, runtime in enumerate(replicas):
                 runtime.bind(self._sinks[stage][replica])
 
-    def _sink(self, stage: int, replica: int) -> rp.ReportSink:
-        buffer = self.buffers[stage][replica]
+    def _sink(self, stage: int, replica: int, buffer: deque[rp.Report]) -> rp.ReportSink:
+        """Return the sink of the runtime at ``stage``/``replica`` (a replaced one's keeps filling a buffer nobody
+        reads: its late reports go nowhere)."""
 
         def sink(report: rp.Report) -> None:
             buffer.append(report)
@@ -189,6 +191,40 @@ class Host:
             decided = [c for c in self.pending if not isinstance(c, _RUNTIME_COMMANDS)]
             self.pending.clear()
             self.execute(decided + self.orchestrator.engine_died(reason))
+
+    def replace(self, stage: int, replica: int, runtime: rp.StageRuntime) -> None:
+        """Put ``runtime`` in the place of ``replica`` of ``stage``, a replica that was lost (its ``ReplicaDied``
+        taken: its requests have ended); new work may be bound to it from now on.
+
+        ``runtime`` is bound first; only then is the lost one shut down (what that raises is logged in
+        ``history``, not raised: it is gone already). Reports the lost runtime still makes go nowhere. Raises
+        ``ConfigError`` for a position the pipeline lacks or an object that is no ``StageRuntime``,
+        ``RequestRefused`` for a live replica, ``EngineNotRunning`` once the engine stopped or died; then nothing
+        changed. What ``runtime.bind`` raises propagates, and nothing changed either.
+        """
+        if not (0 <= stage < len(self.runtimes) and 0 <= replica < len(self.runtimes[stage])):
+            raise ConfigError(f"replace: pipeline {self.pipeline.name!r} has no replica {stage}/{replica}")
+        rp.check_runtime(runtime, f"replace({stage}, {replica}, runtime): runtime")
+        self.drain()  # the lost replica's ReplicaDied, if it is buffered still
+        if self.orchestrator_stopped or self.runtimes_stopped:
+            raise EngineNotRunning("the engine is shut down: no replica is replaced")
+        orchestrator = self.orchestrator
+        orchestrator.replica_replaced(stage, replica)  # refused: nothing changed
+        buffer: deque[rp.Report] = deque()
+        sink = self._sink(stage, replica, buffer)
+        try:
+            runtime.bind(sink)
+        except BaseException:
+            orchestrator.live[stage][replica] = False  # still lost
+            raise
+        lost, self.runtimes[stage][replica] = self.runtimes[stage][replica], runtime
+        self.buffers[stage][replica], self._sinks[stage][replica] = buffer, sink
+        try:
+            lost.shutdown()
+        except Exception as exc:  # outside code, and gone already: noted, not raised
+            self.history.append(f"runtime {stage}/{replica} (lost) raised in shutdown: {type(exc).__name__}: {exc}")
+        self.history.append(f"runtime {stage}/{replica} replaced")
+        self.wake(stage, replica)
 
     def shutdown(self) -> None:
         """Shut the orchestrator down (every open request gets its terminal), then the runtimes; idempotent.

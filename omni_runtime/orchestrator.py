@@ -254,6 +254,18 @@ class Orchestrator:
         """Note why ``replica`` of ``stage`` is lost (its ``ReplicaDied`` follows): the requests it fails name it."""
         self._loss_causes[(stage, replica)] = cause
 
+    def replica_replaced(self, stage: int, replica: int) -> None:
+        """``replica`` of ``stage`` is live again: a new runtime took the place of the one lost (its requests ended
+        with it). New work may be bound to it; nothing else changes. Raises ``RequestRefused`` for a live replica
+        and ``EngineNotRunning`` once the engine stopped or died (a dead engine stays dead)."""
+        state = self.lifecycle.engine.state
+        if state in ENGINE_TERMINAL:
+            why = f" ({self.death})" if self.death else ""
+            raise EngineNotRunning(f"engine is {state.value}{why}: no replica is replaced")
+        if self.live[stage][replica]:
+            raise RequestRefused(f"replica {stage}/{replica} is live: only a lost replica is replaced")
+        self.live[stage][replica] = True
+
     def shutdown(self) -> Commands:
         """Shut down: every open request gets its terminal, then the orchestrator, then the runtimes stop."""
         return self._feed(ev.Shutdown())

@@ -234,6 +234,12 @@ def check_runtimes(pipeline: Pipeline, runtimes: object) -> None:
             _require_runtime(runtime, f"runtimes[{stage}][{replica}]", "is")
 
 
+def check_runtime(runtime: object, where: str) -> None:
+    """Raise ``ConfigError`` (one line: ``where`` and the methods it lacks) unless ``runtime`` is a
+    ``StageRuntime``."""
+    _require_runtime(runtime, where, "is")
+
+
 def _is_list(value: object) -> bool:
     return isinstance(value, Sequence) and not isinstance(value, str | bytes)
 

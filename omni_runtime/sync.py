@@ -162,6 +162,13 @@ class Engine:
         """Ask to abort ``rid`` without pumping (safe from a listener); return the call id (answer not kept)."""
         return self.host.abort_nowait(rid)
 
+    def replace_replica(self, stage: int, replica: int, runtime: rp.StageRuntime) -> None:
+        """Put ``runtime`` (not bound yet) in the place of ``replica`` of ``stage``, a replica that was lost (its
+        requests ended with it; a Ray replica's ``replacement()`` makes one); new requests may be bound to it.
+        Raises ``RequestRefused`` for a live replica, ``EngineNotRunning`` once the engine stopped or died (a stage
+        that lost its last replica killed it)."""
+        self.host.replace(stage, replica, runtime)
+
     def run_until_idle(self) -> None:
         """Pump until no runtime has work and no report is buffered.
 

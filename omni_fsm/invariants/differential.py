@@ -41,14 +41,20 @@ def client_streams(history: Iterable[Step]) -> dict[Stream, list[ob.Observation]
     """Return every client-visible message of ``history``, per request and sample, in order.
 
     Messages (``Emitted``) go to the stream of their request and sample; answers to abort calls
-    (``AbortAnswered``) to their request's stream ``(rid, ABORTS)``.
+    (``AbortAnswered``) to their request's stream ``(rid, ABORTS)``, each call named by its place among that
+    request's abort calls (``call_id`` 0 for the first call answered, 1 for the next, ...): the engine numbers calls
+    across all requests, so two runs that abort two requests in the other order number the same calls apart.
     """
     streams: dict[Stream, list[ob.Observation]] = {}
+    calls: dict[int, dict[int, int]] = {}  #: request -> its abort call ids, in the order first answered
     for _, observations in history:
         for o in observations:
             if isinstance(o, ob.Emitted):
                 streams.setdefault((o.rid, -1 if o.finished else o.sample), []).append(o)
             elif isinstance(o, ob.AbortAnswered):
+                if o.call_id is not None:
+                    own = calls.setdefault(o.rid, {})
+                    o = attrs.evolve(o, call_id=own.setdefault(o.call_id, len(own)))
                 streams.setdefault((o.rid, ABORTS), []).append(o)
     return streams
 

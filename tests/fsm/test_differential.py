@@ -49,3 +49,22 @@ def test_abort_answers_are_compared_per_request():
     assert same_client_streams(first, first) == []
     assert same_client_streams(first, second) == [
         f"ORCH-INV-303: request 0 abort answers, message 0: {yes} on one loop, {no} on the other"]
+
+
+def test_abort_calls_numbered_apart_across_requests_are_the_same_calls():
+    """Two runs that abort requests 0 and 5 in the other order number the calls apart (1, 2 against 2, 1): the same
+    answers to each request's own calls are the same stream."""
+    one = [(ev.Abort(0, call_id=1), [ob.AbortAnswered(0, True, call_id=1)]),
+           (ev.Abort(5, call_id=2), [ob.AbortAnswered(5, True, call_id=2)])]  # fmt: skip
+    other = [(ev.Abort(5, call_id=1), [ob.AbortAnswered(5, True, call_id=1)]),
+             (ev.Abort(0, call_id=2), [ob.AbortAnswered(0, True, call_id=2)])]  # fmt: skip
+    assert same_client_streams(one, other) == []
+
+
+def test_an_answer_to_another_call_of_the_same_request_is_a_difference():
+    """Request 0 has two abort calls: answering the second first (or one of them twice) is not the same stream."""
+    first, second = ob.AbortAnswered(0, True, call_id=1), ob.AbortAnswered(0, True, call_id=2)
+    in_order = [(ev.Abort(0, call_id=1), []), (ev.Abort(0, call_id=2), [first, second])]
+    twice = [(ev.Abort(0, call_id=1), []), (ev.Abort(0, call_id=2), [first, first])]
+    problems = same_client_streams(in_order, twice)
+    assert len(problems) == 1 and problems[0].startswith("ORCH-INV-303: request 0 abort answers, message 1: ")
