@@ -15,6 +15,7 @@ INNER: dict[str, str] = {
     "sim": "omni_runtime.runtimes.ray._inner:sim",  # the simulator, no injected faults
     "sim-kit": "omni_runtime.runtimes.sim:kit_replica",  # the conformance kit's reference runtime
     "vllm": "omni_runtime.runtimes.ray._inner:vllm",  # a real vLLM engine (AR stages), in the actor's process
+    "vllm-scheduler": "omni_runtime.runtimes.ray._inner:vllm_scheduler",  # vLLM's scheduler, the kit's vLLM runtime
 }
 #: the runtime a stage whose placement names none runs
 DEFAULT = "sim"
@@ -64,3 +65,13 @@ def vllm(spec: Any, stage: int, replica: int, rpc_fails: bool = False, model_dir
     if rpc_fails:
         return engines.engine_kit_factory(model_dir or str(engines.tiny_model_dir()))(spec, stage, replica, True)
     return engines.engine_factory(spec, stage, replica, model_dir or str(engines.tiny_model_dir()))
+
+
+def vllm_scheduler(spec: Any, stage: int, replica: int, rpc_fails: bool = False) -> Any:
+    """Return a replica on vLLM's own v1 scheduler and KV-cache manager with a stand-in model (the conformance kit's
+    vLLM runtime, ``omni_runtime.runtimes.vllm:scheduler_factory``), in this process."""
+    from omni_runtime.runtimes import vllm as engines
+
+    for key, value in engines.ENGINE_ENV.items():
+        os.environ.setdefault(key, value)
+    return engines.scheduler_factory(spec, stage, replica, rpc_fails)

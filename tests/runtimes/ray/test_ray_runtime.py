@@ -23,21 +23,11 @@ from omni_runtime import Engine, Pipeline, Prompt, StageInput, StageSpec  # noqa
 from omni_runtime import protocol as rp  # noqa: E402
 from omni_runtime.errors import ConfigError  # noqa: E402
 from omni_runtime.runtimes.ray import RayRuntime, ray_kit_factory  # noqa: E402
-from omni_runtime.runtimes.ray.local import start_cluster, stop_cluster  # noqa: E402
 from omni_runtime.testing import check_runtime  # noqa: E402
 
 pytestmark = pytest.mark.covers("ORCH-INV-206", "ORCH-INV-300")
 
-#: the talker's replicas need one ``stage1`` each: the head and the worker have one each, so one runs on each
-HEAD, WORKER = {"stage0": 1, "stage1": 1}, {"stage1": 1}
 STEP_S = 0.002  #: each busy step of the simulator in the actors takes this long: requests last long enough to lose
-
-
-@pytest.fixture(scope="module")
-def cluster():
-    started = start_cluster([HEAD, WORKER])
-    yield started
-    stop_cluster(started)
 
 
 class Recorded(RayRuntime):
