@@ -169,7 +169,14 @@ def ar_to_ar(prompt: Prompt, upstream: Any, companions: tuple[Any, ...], text: s
 def ar_tokens_to_ar(prompt: Prompt, upstream: Any, companions: tuple[Any, ...],
                     text: str | None = None) -> StageInput:  # fmt: skip
     """Return an AR stage's input from the previous AR stage's sampled token ids only (never its text or tensors):
-    its result's ``token_ids`` (a stage result mapping), else the result itself (a tuple of ids)."""
+    the chunk stream its result carries (``chunks``: ``(token ids or None, eof)`` per chunk, in order, what the
+    stage streamed to the next; ``ValueError`` unless the last one ends it), else its result's ``token_ids`` (a
+    stage result mapping), else the result itself (a tuple of ids)."""
+    chunks = upstream.get("chunks") if isinstance(upstream, Mapping) else None
+    if chunks is not None:
+        if not chunks or not chunks[-1][1]:
+            raise ValueError("the previous stage's chunk stream did not end (no eof chunk)")
+        return StageInput(tuple(t for data, _ in chunks if data for t in data), None, prompt.max_tokens)
     ids = upstream.get("token_ids") if isinstance(upstream, Mapping) else upstream
     return StageInput(tuple(ids or ()), None, prompt.max_tokens)
 

@@ -7,6 +7,9 @@ Each stage is an in-process ``EngineCore`` in a process of its own (``ProcessRun
 - a stage whose next stage reads it through ``ar_hidden2embeds`` builds hidden-state payloads (``OmniCPUWorker``,
   ``PayloadPolicy(enabled=True)``); through ``ar_tokens2ar`` it is token-only
   (``omni_pooler_payload_include_hidden = False``: its worker builds no payload at all);
+- a stage whose next stage reads it through ``ar_tokens2ar`` also runs the Omni scheduler (``scheduler_cls``) with
+  the ``SampledTokens`` chunk processor (``requires_token_updates``): each step's sampled ids become a chunk for
+  the next stage, the request's last one marked ``eof``; the talker's prompt is that chunk stream;
 - a stage whose own adapter is ``ar_hidden2embeds`` takes prompt embeddings (``enable_prompt_embeds``; without it
   vLLM's ``EngineCore`` would take an embeddings-only request silently, so the runtime refuses one).
 
@@ -14,7 +17,9 @@ A stage's result (its ``Finished`` payload, what the orchestrator hands the next
 (``RESULT_KEYS``): ``token_ids`` (what it sampled); ``hidden_states`` (the payload its worker built: every step's
 rows of the last layer, in order, ``[prompt + sampled - 1, hidden]``; ``None`` when it built none);
 ``payload_counts`` (its worker's counters, ``None`` without a payload policy); ``prompt_token_ids`` and
-``prompt_embeds`` (the prompt vLLM's request held: the evidence of what crossed).
+``prompt_embeds`` (the prompt vLLM's request held: the evidence of what crossed); ``chunks`` (the chunk stream
+the Omni scheduler queued for the request, ``(data, eof)`` in order; ``None`` on a stage without a processor) and
+``chunk_counts`` (the scheduler's ``ChunkCounts``: why its processor was called, how often).
 """
 
 from __future__ import annotations
@@ -22,8 +27,9 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
+import attrs
 import torch
 from vllm.v1.core.sched.output import SchedulerOutput
 from vllm.v1.outputs import ModelRunnerOutput
@@ -36,6 +42,7 @@ from omni_runtime.runtimes.process import ProcessRuntime, process_runtimes
 from omni_runtime.runtimes.vllm._config import SchedulerOptions
 from omni_runtime.runtimes.vllm._engine import CoreEngine
 from omni_runtime.runtimes.vllm._plan import RequestPlan
+from omni_runtime.runtimes.vllm.omni_scheduler import PROCESSOR_KEY, SCHEDULER_CLS, STAGE_ID_KEY, OmniSchedulingMixin
 from omni_runtime.runtimes.vllm.payloads import HIDDEN, PayloadPolicy
 from omni_runtime.runtimes.vllm.scheduler import VllmSchedulerRuntime, _Live
 from omni_runtime.runtimes.vllm.worker_ext import WORKER_CLS
@@ -43,7 +50,22 @@ from omni_runtime.runtimes.vllm.worker_ext import WORKER_CLS
 HIDDEN_ADAPTER, TOKENS_ADAPTER = "ar_hidden2embeds", "ar_tokens2ar"
 FACTORY = "omni_runtime.runtimes.vllm.thinker_talker:stage_factory"
 EMBEDS = "prompt_embeds"  #: the ``StageInput.multimodal`` key of a stage's prompt embeddings ([tokens, hidden])
-RESULT_KEYS = ("token_ids", "hidden_states", "payload_counts", "prompt_token_ids", "prompt_embeds")
+RESULT_KEYS = ("token_ids", "hidden_states", "payload_counts", "prompt_token_ids", "prompt_embeds", "chunks",
+               "chunk_counts")  # fmt: skip
+#: the chunk processor of a stage that streams its sampled tokens to the next (``ar_tokens2ar``)
+TOKEN_CHUNKS = "omni_runtime.runtimes.vllm.thinker_talker.SampledTokens"
+
+
+class SampledTokens:
+    """The chunk processor of a token-only stage: each step's sampled ids are the chunk (``None``: none sampled).
+
+    It declares ``requires_token_updates``, so the Omni scheduler calls it on the steps that carry no tensor
+    payload, which on a token-only stage is every step but none (AR-INV-301)."""
+
+    requires_token_updates = True
+
+    def __call__(self, request_id: str, token_ids: list[int], payload: Any, finished: bool) -> Any:
+        return tuple(token_ids) if token_ids else None
 
 
 def stage_engine_args(pipeline: Pipeline) -> tuple[dict[str, Any], ...]:
@@ -55,6 +77,9 @@ def stage_engine_args(pipeline: Pipeline) -> tuple[dict[str, Any], ...]:
         if following in (HIDDEN_ADAPTER, TOKENS_ADAPTER):
             policy = PayloadPolicy(enabled=True, include_hidden=following == HIDDEN_ADAPTER)
             args.update(worker_cls=WORKER_CLS, additional_config=policy.as_config())
+        if following == TOKENS_ADAPTER:  # its sampled ids stream to the next stage as chunks
+            args["scheduler_cls"] = SCHEDULER_CLS
+            args["additional_config"].update({PROCESSOR_KEY: TOKEN_CHUNKS, STAGE_ID_KEY: i})
         if spec.adapter == HIDDEN_ADAPTER:
             args["enable_prompt_embeds"] = True
         out.append(args)
@@ -70,6 +95,10 @@ class PayloadEngine(CoreEngine):
         self.takes_embeds = bool(engine_args.get("enable_prompt_embeds", False))
         self.hidden_size = int(self.core.vllm_config.model_config.get_hidden_size())
         self.hidden_rows: dict[str, list[torch.Tensor]] = {}  #: vLLM request id -> its steps' hidden rows
+        #: vLLM request id -> the chunks the Omni scheduler queued for it so far (no processor: no entry)
+        self.streams: dict[str, list[tuple[Any, bool]]] = {}
+        scheduler = self.core.scheduler
+        self.chunking = isinstance(scheduler, OmniSchedulingMixin) and scheduler.chunk_processor is not None
 
     def execute(self, so: SchedulerOutput) -> ModelRunnerOutput:
         output = super().execute(so)
@@ -79,6 +108,20 @@ class PayloadEngine(CoreEngine):
                 if isinstance(row, dict) and HIDDEN in row:
                     self.hidden_rows.setdefault(rid, []).append(row[HIDDEN])
         return output
+
+    def stream_of(self, request_id: str) -> tuple[tuple[Any, bool], ...] | None:
+        """Return (and forget) the chunks queued for ``request_id``, in order (``None``: this stage makes none)."""
+        if not self.chunking:
+            return None
+        for chunk in cast(OmniSchedulingMixin, self.core.scheduler).take_chunks():  # the stage connector's work
+            self.streams.setdefault(chunk.request_id, []).append((chunk.data, chunk.eof))
+        return tuple(self.streams.pop(request_id, ()))
+
+    def chunk_counts(self) -> dict[str, int] | None:
+        """Return the Omni scheduler's chunk counters (``None``: this stage makes no chunks)."""
+        if not self.chunking:
+            return None
+        return attrs.asdict(cast(OmniSchedulingMixin, self.core.scheduler).chunk_counts)
 
     def payload_counts(self) -> dict[str, int] | None:
         """Return the worker's payload counters (``None``: no payload worker)."""
@@ -138,10 +181,12 @@ class PayloadStageRuntime(VllmSchedulerRuntime):
         return {"token_ids": tuple(request.output_token_ids), "hidden_states": torch.cat(rows) if rows else None,
                 "payload_counts": self.engine.payload_counts(),
                 "prompt_token_ids": None if prompt_ids is None else tuple(prompt_ids),
-                "prompt_embeds": request.prompt_embeds}  # fmt: skip
+                "prompt_embeds": request.prompt_embeds, "chunks": self.engine.stream_of(str(live.req_id)),
+                "chunk_counts": self.engine.chunk_counts()}  # fmt: skip
 
     def shutdown(self) -> None:
         self.engine.hidden_rows.clear()
+        self.engine.streams.clear()
         super().shutdown()
 
 
@@ -170,5 +215,6 @@ def payload_runtimes(pipeline: Pipeline, model_dir: str) -> list[list[ProcessRun
     return process_runtimes(pipeline, FACTORY, model_dir, stage_engine_args(pipeline))
 
 
-__all__ = ["EMBEDS", "FACTORY", "HIDDEN_ADAPTER", "RESULT_KEYS", "TOKENS_ADAPTER", "PayloadEngine",
-           "PayloadStageRuntime", "payload_runtimes", "stage_engine_args", "stage_factory"]  # fmt: skip
+__all__ = ["EMBEDS", "FACTORY", "HIDDEN_ADAPTER", "RESULT_KEYS", "TOKENS_ADAPTER", "TOKEN_CHUNKS",
+           "PayloadEngine", "PayloadStageRuntime", "SampledTokens", "payload_runtimes", "stage_engine_args",
+           "stage_factory"]  # fmt: skip

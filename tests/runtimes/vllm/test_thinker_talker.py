@@ -2,7 +2,8 @@
 
 ``examples/thinker_talker_hidden.toml``: the talker's prompt embeddings are the hidden states the thinker's worker
 built (the ``ar_hidden2embeds`` adapter); ``examples/thinker_talker_tokens.toml``: the talker gets the thinker's
-sampled token ids only (``ar_tokens2ar``) and the token-only thinker's worker builds no payload. Two requests of a
+sampled token ids only (``ar_tokens2ar``), streamed as chunks by the thinker's Omni scheduler and its token-update
+chunk processor, and the token-only thinker's worker builds no payload. Two requests of a
 few tokens each, through the orchestrator (``Engine``), each stage's result read by the client (both are final).
 """
 
@@ -19,6 +20,7 @@ import torch  # noqa: E402
 from omni_fsm import Outcome  # noqa: E402
 from omni_runtime import Engine, Prompt, example_pipeline, load_pipeline  # noqa: E402
 from omni_runtime.adapters import StageInput, ar_hidden_to_embeds, ar_tokens_to_ar  # noqa: E402
+from omni_runtime.runtimes.vllm.omni_scheduler import SCHEDULER_CLS  # noqa: E402
 from omni_runtime.runtimes.vllm.thinker_talker import payload_runtimes, stage_engine_args  # noqa: E402
 
 PROMPTS = (Prompt(text="w10 w20 w30"), Prompt(text="a b c d e"))
@@ -59,11 +61,21 @@ def test_the_talker_is_conditioned_on_the_hidden_states_the_thinker_built(model)
 
 
 @pytest.mark.covers("AR-INV-002")
-def test_a_token_only_thinker_builds_no_payload_and_the_talker_gets_its_tokens(model):
+def test_a_token_only_thinker_builds_no_payload_and_streams_its_tokens_to_the_talker_as_chunks(model):
+    args = stage_engine_args(load_pipeline(example_pipeline("thinker_talker_tokens")))
+    assert args[0]["scheduler_cls"] == SCHEDULER_CLS and "scheduler_cls" not in args[1]  # the last stage sends none
     for thinker, talker in run("thinker_talker_tokens", model):
         counts = thinker["payload_counts"]
         assert counts["built"] == 0 and counts["skipped"] > 0 and thinker["hidden_states"] is None
-        assert talker["prompt_token_ids"] == thinker["token_ids"] and talker["prompt_embeds"] is None
+        # the chunk stream: one chunk per step that sampled (the token-update trigger, no tensor payload on any
+        # step), the last marked eof; together, in order, exactly what the thinker sampled
+        chunks, sampled = thinker["chunks"], thinker["token_ids"]
+        assert chunks[-1][1] and not any(eof for _, eof in chunks[:-1])
+        assert tuple(t for data, _ in chunks if data for t in data) == sampled
+        assert thinker["chunk_counts"]["tokens"] >= len(sampled) - 1 and thinker["chunk_counts"]["payload"] == 0
+        # the crossing: vLLM's talker request held that stream as its prompt, no embeddings
+        assert talker["prompt_token_ids"] == sampled and talker["prompt_embeds"] is None
+        assert talker["chunks"] is None and talker["chunk_counts"] is None  # the last stage streams nothing
         assert 1 <= len(talker["token_ids"]) <= 3
 
 
@@ -76,3 +88,13 @@ def test_the_adapters_move_the_payload_and_nothing_else():
     assert ar_tokens_to_ar(Prompt(), (7, 8), (), "w7 w8") == StageInput((7, 8))
     with pytest.raises(ValueError, match="token-only"):
         ar_hidden_to_embeds(Prompt(), {"token_ids": (7,), "hidden_states": None}, ())
+
+
+@pytest.mark.covers("AR-INV-002")
+def test_the_token_adapter_takes_the_chunk_stream_and_refuses_one_that_did_not_end():
+    streamed = {"token_ids": (7, 8, 9), "chunks": (((7,), False), ((8, 9), False), (None, True))}
+    assert ar_tokens_to_ar(Prompt(max_tokens=2), streamed, ()) == StageInput((7, 8, 9), None, 2)
+    for cut in ((((7,), False),), ()):
+        with pytest.raises(ValueError, match="chunk stream did not end"):
+            ar_tokens_to_ar(Prompt(), {"token_ids": (7,), "chunks": cut}, ())
+    assert ar_tokens_to_ar(Prompt(), {"token_ids": (7, 8), "chunks": None}, ()) == StageInput((7, 8))
