@@ -16,6 +16,7 @@ INNER: dict[str, str] = {
     "sim-kit": "omni_runtime.runtimes.sim:kit_replica",  # the conformance kit's reference runtime
     "vllm": "omni_runtime.runtimes.ray._inner:vllm",  # a real vLLM engine (AR stages), in the actor's process
     "vllm-scheduler": "omni_runtime.runtimes.ray._inner:vllm_scheduler",  # vLLM's scheduler, the kit's vLLM runtime
+    "diffusers": "omni_runtime.runtimes.ray._inner:diffusers",  # a diffusers pipeline (diffusion stages)
 }
 #: the runtime a stage whose placement names none runs
 DEFAULT = "sim"
@@ -75,3 +76,11 @@ def vllm_scheduler(spec: Any, stage: int, replica: int, rpc_fails: bool = False)
     for key, value in engines.ENGINE_ENV.items():
         os.environ.setdefault(key, value)
     return engines.scheduler_factory(spec, stage, replica, rpc_fails)
+
+
+def diffusers(spec: Any, stage: int, replica: int, rpc_fails: bool = False, model: str | None = None) -> Any:
+    """Return a replica on a diffusers pipeline in this process: ``model`` (a local pipeline directory) or, when
+    ``None``, the tiny one; CUDA when the actor has a GPU (``num_gpus`` in the placement), else the CPU."""
+    from omni_runtime.runtimes.diffusers import DiffusersOptions, diffusers_factory
+
+    return diffusers_factory(DiffusersOptions(model=model))(spec, stage, replica, rpc_fails)
