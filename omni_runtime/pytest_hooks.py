@@ -11,6 +11,8 @@ def pytest_addoption(parser):  # type: ignore[no-untyped-def]
     parser.addoption("--omni-runtime", default=None, help="check this runtime factory (package.module:factory)")
     parser.addoption("--omni-runtime-may-die", action="store_true",
                      help="the runtime may report its own death (a death excuses what it still owes)")  # fmt: skip
+    parser.addoption("--omni-runtime-fails-nothing", action="store_true",
+                     help="the runtime fails no request the kit gives it (a Failed end fails the kit)")  # fmt: skip
     parser.addoption("--omni-runtime-kinds", default=None,
                      help="comma-separated stage kinds the runtime serves, e.g. 'ar' (default: all)")  # fmt: skip
     parser.addoption("--omni-runtime-seed", default=None, metavar="N|random",
@@ -36,4 +38,5 @@ def pytest_collection_modifyitems(session, config, items):  # type: ignore[no-un
 
         items.append(ConformanceItem.from_parent(session, name=f"omni-runtime-conformance[{spec}]", spec=spec,
                                                  may_die=config.getoption("--omni-runtime-may-die"),
+                                                 may_fail=not config.getoption("--omni-runtime-fails-nothing"),
                                                  kinds=kinds, draw_seed=draw_seed))  # fmt: skip

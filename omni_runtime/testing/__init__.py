@@ -58,12 +58,14 @@ def workloads() -> st.SearchStrategy[list[tuple[int, int, int]]]:
 def check_runtime(factory: RuntimeFactory[StageRuntime], max_examples: int = 30, shrink: bool = True,
                   may_die: bool = False, derandomize: bool | None = None,
                   kinds: Collection[StageKind] = tuple(StageKind), refused: Collection[ControlMethod] = (),
-                  draw_seed: int | None = None,
-                  database: ExampleDatabase | None = None) -> None:  # fmt: skip
+                  draw_seed: int | None = None, database: ExampleDatabase | None = None,
+                  may_fail: bool = True) -> None:  # fmt: skip
     """Run the conformance machine against ``factory`` (with and without worker RPC errors).
 
     Raises ``ConformanceError`` naming the first invariant the runtime breaks. A runtime that
-    reports its own death fails unless ``may_die`` (a death excuses everything it still owes).
+    reports its own death fails unless ``may_die`` (a death excuses everything it still owes). ``may_fail=False``
+    says the runtime fails no request the kit gives it: then a ``Failed`` end fails the kit, under ORCH-INV-206
+    where a control RPC failed in the workers before it (that failure reached the request).
     ``derandomize=True`` runs the same examples every time (a test that must not depend on the
     seed); ``None`` leaves it to the active Hypothesis profile. ``kinds``: the stage kinds the runtime
     serves (the kit draws stages of those kinds only). ``refused``: control RPCs its engine does not support,
@@ -82,7 +84,7 @@ def check_runtime(factory: RuntimeFactory[StageRuntime], max_examples: int = 30,
     if derandomize is not None:
         run = settings(run, derandomize=derandomize)
     for rpc_fails in (False, True):
-        machine = make_machine(factory, rpc_fails, may_die, kinds, refused)
+        machine = make_machine(factory, rpc_fails, may_die, kinds, refused, may_fail)
         if draw_seed is not None:
             machine = seed(draw_seed)(machine)
         run_state_machine_as_test(machine, settings=run)

@@ -16,6 +16,10 @@ TRUTHFUL_ABORT = ("ORCH-INV-202", "truthful_abort_result")
 ABORT_ANSWERED = ("ORCH-INV-202", "one_result_per_aborted_request")
 RPC_ERRORS = ("ORCH-INV-205", "rpc_errors_propagated")
 IN_ORDER = ("IO-INV-101", "reports_in_sequence")
+#: a request ended ``Failed`` after a control RPC failed in the workers, in a run whose runtime fails no request on
+#: its own (``may_fail=False``): the RPC's failure reached requests it is not theirs (a failure is request-scoped,
+#: and a worker's RPC error reaches its caller only)
+RPC_FAILURE_SCOPED = ("ORCH-INV-206", "failure_is_request_scoped")
 #: the registry's shutdown-order invariant, whose check reads "the orchestrator stops before any runtime, and
 #: nothing happens after": a runtime's report after its own shutdown() is something happening after it
 SILENT_AFTER_SHUTDOWN = ("ORCH-INV-300", "no_report_after_shutdown")
@@ -76,13 +80,19 @@ class RawStreamChecker:
     A dead replica reports nothing after its death, and a replica that was shut down reports
     nothing at all (``shut_down``).
 
+    A ``Failed`` end is legal (the runtime's own failure of the request), so on its own it proves nothing; unless
+    ``may_fail`` is unset (the runtime under test fails no request the kit gives it): then every ``Failed`` is a
+    violation, and one that follows a control RPC whose workers raised is that RPC's failure reaching the request
+    (ORCH-INV-206).
+
     Given the stage ``spec`` (``serves``), it also judges as the engine does (``EngineView``): a
     report the lifecycle would reject, which would fail its request, is a violation (``NO_ROW``),
     unless the raw checks already failed that report.
     """
 
-    def __init__(self, may_die: bool = False, spec: StageSpec | None = None) -> None:
+    def __init__(self, may_die: bool = False, spec: StageSpec | None = None, may_fail: bool = True) -> None:
         self.may_die = may_die
+        self.may_fail = may_fail
         self.engine: EngineView | None = None
         if spec is not None:
             self.serves(spec)
@@ -192,9 +202,21 @@ class RawStreamChecker:
         if isinstance(report, rp.Aborted) and not any(rid in open_ for open_ in self.abort_pauses.values()):
             self._fail(ENGINE_ABORTS, rid, "the runtime ended the request as aborted, but no pause in abort mode "
                                            "was asked for while it ran")  # fmt: skip
+        if isinstance(report, rp.Failed) and not self.may_fail:
+            self._unexcused_failure(rid)
         if isinstance(report, (rp.Finished, rp.Failed, rp.Aborted)):
             self.finished[rid] = 1
             self.abort_refused.discard(rid)
+
+    def _unexcused_failure(self, rid: int) -> None:
+        """Judge ``Failed`` for ``rid`` in a run that does not let the runtime fail requests (``may_fail``)."""
+        raised = [call_id for call_id, raises in self.rpcs.items() if raises]
+        if raised:
+            self._fail(RPC_FAILURE_SCOPED, rid, f"Failed after RPC {raised[-1]} failed in its workers, though this run "
+                                                f"does not let the runtime fail requests (may_fail): an RPC's failure "
+                                                f"is not the request's")  # fmt: skip
+        else:
+            self._fail(ONE_FINISH, rid, "Failed though this run does not let the runtime fail requests (may_fail)")
 
     def _abort(self, report: rp.AbortResult) -> None:
         rid = report.req_id

@@ -54,9 +54,10 @@ def teardown_steps(spec: StageSpec, requests: int) -> int:
 
 
 def make_machine(factory: RuntimeFactory[StageRuntime], rpc_fails: bool = False, may_die: bool = False,
-                 kinds: Collection[StageKind] = tuple(StageKind),
-                 refused: Collection[ControlMethod] = ()) -> type[RuleBasedStateMachine]:  # fmt: skip
-    """Return a ``RuleBasedStateMachine`` checking runtimes made by ``factory`` (``may_die``: see the checker)
+                 kinds: Collection[StageKind] = tuple(StageKind), refused: Collection[ControlMethod] = (),
+                 may_fail: bool = True) -> type[RuleBasedStateMachine]:  # fmt: skip
+    """Return a ``RuleBasedStateMachine`` checking runtimes made by ``factory`` (``may_die``, ``may_fail``: see
+    the checker)
     for stages of ``kinds`` (a runtime that serves AR stages only is checked on AR stages). ``refused``: control
     RPCs the runtime's engine does not support (vLLM's CPU build: sleep); each must be answered with an error
     and change nothing, as a worker's exception is.
@@ -91,7 +92,7 @@ def make_machine(factory: RuntimeFactory[StageRuntime], rpc_fails: bool = False,
     class RuntimeConformance(RuleBasedStateMachine):
         def __init__(self) -> None:
             super().__init__()
-            self.checker = RawStreamChecker(may_die)
+            self.checker = RawStreamChecker(may_die, may_fail=may_fail)
             self.runtime: Any = None
             self.held: dict[ControlMethod, None] = {}  #: the kit's pause / sleep calls not undone yet, in order
             self.input_open: set[int] = set()  #: streaming-input sessions whose input has not ended

@@ -25,10 +25,11 @@ class ConformanceItem(pytest.Item):
     """
 
     def __init__(self, *, spec: str, may_die: bool = False, kinds: tuple[StageKind, ...] = tuple(StageKind),
-                 draw_seed: int | None = None, **kwargs: Any) -> None:  # fmt: skip
+                 draw_seed: int | None = None, may_fail: bool = True, **kwargs: Any) -> None:  # fmt: skip
         super().__init__(**kwargs)
         self.spec = spec
         self.may_die = may_die
+        self.may_fail = may_fail
         self.kinds = kinds
         self.draw_seed = draw_seed
 
@@ -51,7 +52,8 @@ class ConformanceItem(pytest.Item):
         from omni_runtime.testing import check_runtime, load_factory
 
         try:
-            check_runtime(load_factory(self.spec), may_die=self.may_die, kinds=self.kinds, **self.run_settings())
+            check_runtime(load_factory(self.spec), may_die=self.may_die, may_fail=self.may_fail, kinds=self.kinds,
+                          **self.run_settings())  # fmt: skip
         except Exception as exc:
             exc.add_note(self.how_drawn())
             raise

@@ -473,8 +473,8 @@ class StallsAfterRpcError(_Wrapper):
 
 
 class FailsRequestsOnRpcError(_Wrapper):
-    """control (not caught by the kit): when a worker raises in an RPC it answers the RPC with the error, and also
-    fails every request it holds (``Failed``), though the RPC's failure was not theirs."""
+    """control (caught by a kit told ``may_fail=False``): when a worker raises in an RPC it answers the RPC with the
+    error, and also fails every request it holds (``Failed``), though the RPC's failure was not theirs."""
 
     def __init__(self, spec, stage, replica, rpc_fails):
         super().__init__(spec, stage, replica, rpc_fails, _calm(rpc_fails))

@@ -28,7 +28,7 @@ def diffusers_in_ray(spec: StageSpec, stage: int, replica: int, rpc_fails: bool 
 
 
 def test_the_conformance_kit_passes_on_diffusers_in_ray_actors(cluster):
-    check_runtime(diffusers_in_ray, max_examples=2, kinds={StageKind.DIFFUSION}, derandomize=True)
+    check_runtime(diffusers_in_ray, max_examples=2, kinds={StageKind.DIFFUSION}, derandomize=True, may_fail=False)
 
 
 def test_an_image_stage_in_a_ray_actor_makes_the_image_it_makes_here(cluster):
