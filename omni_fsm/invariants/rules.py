@@ -71,6 +71,7 @@ def judge_step(j: Judge, event: ev.Event, outputs: Sequence[ob.Observation], dro
 def judge_end(j: Judge) -> None:
     """Judge the end of a complete history (everything drained): the control plane, then request by request."""
     lifecycle.rpcs_at_end(j)
+    shutdown.at_end(j)
     for rid, view in sorted(j.views.items()):
         lifecycle.at_end(j, rid, view)
         failure.at_end(j, rid, view)

@@ -2,7 +2,8 @@
 
 ORCH-INV-300: the orchestrator stops before any runtime, and nothing happens after it stopped.
 Handles ``OrchestratorStopped`` and ``RuntimesStopped``; :func:`after_stop` judges every other
-observation once the orchestrator stopped (a report dropped aside: nothing is done for it). ORCH-INV-303
+observation once the orchestrator stopped (a report dropped aside: nothing is done for it); :func:`at_end`, that a
+complete history whose orchestrator stopped also stopped its runtimes. ORCH-INV-303
 is judged over two histories (``differential``).
 """
 
@@ -32,3 +33,10 @@ def on_runtimes_stopped(j: Judge, o: ob.RuntimesStopped) -> None:
     if j.stopped != 1:
         j.fail(SHUTDOWN_ORDER, None, "runtimes stopped before the orchestrator")
     j.stopped = 2
+
+
+def at_end(j: Judge) -> None:
+    """Judge the end of a complete history: an orchestrator that stopped was followed by its runtimes' stop (a
+    shutdown that leaves them running leaks every stage's engine)."""
+    if j.stopped == 1:
+        j.fail(SHUTDOWN_ORDER, None, "the orchestrator stopped but the runtimes never did (no RuntimesStopped)")

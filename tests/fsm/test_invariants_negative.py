@@ -560,6 +560,13 @@ def runtimes_stop_before_orchestrator() -> Fault:
 
 
 
+def runtimes_never_stop() -> Fault:
+    """Shutdown stops the orchestrator and leaves the runtimes running: the history ends without their stop."""
+    base = _shutdown()
+    i = base.at(ev.Shutdown())
+    return base, base.with_step(i, outputs=[o for o in base.outputs(i) if not isinstance(o, ob.RuntimesStopped)])
+
+
 def submit_accepted_after_stop() -> Fault:
     base = _shutdown()
     return base, base.then(ev.Submit(7), [ob.Submitted(7)]).upto(len(base.steps))
@@ -729,6 +736,7 @@ FAULTS = [
     pytest.param(shutdown_misses_request, id="shutdown_misses_request", marks=pytest.mark.covers("ORCH-INV-211")),
     pytest.param(runtimes_stop_before_orchestrator, id="runtimes_stop_before_orchestrator",
                  marks=pytest.mark.covers("ORCH-INV-300")),
+    pytest.param(runtimes_never_stop, id="runtimes_never_stop", marks=pytest.mark.covers("ORCH-INV-300")),
     pytest.param(submit_accepted_after_stop, id="submit_accepted_after_stop", marks=pytest.mark.covers("ORCH-INV-300")),
     pytest.param(rpc_answered_after_stop, id="rpc_answered_after_stop", marks=pytest.mark.covers("ORCH-INV-300")),
     pytest.param(waiting_request_preempted, id="waiting_request_preempted", marks=pytest.mark.covers("AR-INV-001")),
