@@ -60,7 +60,7 @@ class SampledTokens:
     """The chunk processor of a token-only stage: each step's sampled ids are the chunk (``None``: none sampled).
 
     It declares ``requires_token_updates``, so the Omni scheduler calls it on the steps that carry no tensor
-    payload, which on a token-only stage is every step but none (AR-INV-301)."""
+    payload, which on a token-only stage is every step (AR-INV-301)."""
 
     requires_token_updates = True
 
@@ -167,21 +167,23 @@ class PayloadStageRuntime(VllmSchedulerRuntime):
         return {"prompt_token_ids": None, "prompt_embeds": self._embeds}
 
     def _report(self, live: _Live, make: Any, *args: Any) -> None:
-        if make in (rp.Finished, rp.Failed, rp.Aborted):
+        if make in (rp.Finished, rp.Failed, rp.Aborted):  # what was kept for the request goes with its end
             rows = self.engine.hidden_rows.pop(str(live.req_id), [])
+            chunks = self.engine.stream_of(str(live.req_id))
             if make is rp.Finished:
                 stop, _, stop_reason = args
-                args = (stop, self._result(live, rows), stop_reason)
+                args = (stop, self._result(live, rows, chunks), stop_reason)
         super()._report(live, make, *args)
 
-    def _result(self, live: _Live, rows: list[torch.Tensor]) -> dict[str, Any]:
+    def _result(self, live: _Live, rows: list[torch.Tensor],
+                chunks: tuple[tuple[Any, bool], ...] | None) -> dict[str, Any]:  # fmt: skip
         request = live.request
         assert request is not None
         prompt_ids = request.prompt_token_ids
         return {"token_ids": tuple(request.output_token_ids), "hidden_states": torch.cat(rows) if rows else None,
                 "payload_counts": self.engine.payload_counts(),
                 "prompt_token_ids": None if prompt_ids is None else tuple(prompt_ids),
-                "prompt_embeds": request.prompt_embeds, "chunks": self.engine.stream_of(str(live.req_id)),
+                "prompt_embeds": request.prompt_embeds, "chunks": chunks,
                 "chunk_counts": self.engine.chunk_counts()}  # fmt: skip
 
     def shutdown(self) -> None:
