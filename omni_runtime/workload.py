@@ -183,7 +183,7 @@ async def run_demo(pipeline: Pipeline, options: WorkloadOptions, trace_path: str
     report = DemoReport(pipeline.name, options.requests)
     unwritten: list[OSError] = []  #: the trace's write error, if one came
     with TraceWriter(trace_path) as writer:
-        writer.header(pipeline.kinds, pipeline.final, pipeline.slots)
+        writer.header(pipeline.kinds, pipeline.final, pipeline.slots, loop=options.loop)
 
         def on_step(event: ev.Event | None, outputs: list[ob.Observation]) -> None:
             monitor.step(event, outputs)

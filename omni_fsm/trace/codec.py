@@ -254,17 +254,25 @@ class TraceHeader:
     final: tuple[bool, ...]
     capacity: int
     version: int = FORMAT_VERSION
+    #: the orchestration loop the run used (``LOOPS``; ``None``: not named), what pairs two runs for ORCH-INV-303
+    loop: str | None = None
 
     def encode(self) -> dict[str, Any]:
         """Return the header line's object."""
         stages = [{"kind": k.value, "final": f} for k, f in zip(self.kinds, self.final, strict=True)]
-        return {VERSION_KEY: self.version, "stages": stages, "capacity": self.capacity}
+        head: dict[str, Any] = {VERSION_KEY: self.version, "stages": stages, "capacity": self.capacity}
+        if self.loop is not None:
+            head["loop"] = self.loop
+        return head
 
 
 _STAGE_KIND = _enum(StageKind)
 
 #: How messages describe a well-formed header line.
-HEADER_SHAPE = f'the header {{"{VERSION_KEY}": {FORMAT_VERSION}, "stages": [...], "capacity": N}}'
+HEADER_SHAPE = (f'the header {{"{VERSION_KEY}": {FORMAT_VERSION}, "stages": [...], "capacity": N}} '
+                '(and "loop", optional)')
+#: the orchestration loops a header may name (the event-driven and the polling one, ORCH-INV-303)
+LOOPS: tuple[str, ...] = ("event", "poll")
 
 
 def parse_header(obj: Any) -> TraceHeader:
@@ -275,8 +283,12 @@ def parse_header(obj: Any) -> TraceHeader:
     if type(version) is not int or version not in READS_VERSIONS:
         reads = " and ".join(map(str, READS_VERSIONS))
         raise ValueError(f"unsupported trace version {json.dumps(version)[:40]} (this reader reads {reads})")
-    if set(obj) != {VERSION_KEY, "stages", "capacity"}:
+    if set(obj) - {"loop"} != {VERSION_KEY, "stages", "capacity"}:
         raise ValueError(f"expected exactly the keys of {HEADER_SHAPE}")
+    loop = obj.get("loop")
+    if loop is not None and loop not in LOOPS:
+        named = ", ".join(map(json.dumps, LOOPS))
+        raise ValueError(f"header: loop must be one of {named}, not {json.dumps(loop)[:40]}")
     stages, capacity = obj["stages"], obj["capacity"]
     if type(capacity) is not int or capacity < 1:
         raise ValueError("header: capacity must be an integer of at least 1")
@@ -293,4 +305,4 @@ def parse_header(obj: Any) -> TraceHeader:
         final.append(stage["final"])
     if not final[-1]:
         raise ValueError("header: the last stage must be a final-output stage")
-    return TraceHeader(tuple(kinds), tuple(final), capacity, version)
+    return TraceHeader(tuple(kinds), tuple(final), capacity, version, loop)

@@ -293,11 +293,13 @@ class TraceWriter:
     def _line(self, obj: dict[str, Any]) -> None:
         self._stream.write(json.dumps(obj, separators=(",", ":")) + "\n")
 
-    def header(self, kinds: Sequence[StageKind], final: Sequence[bool], capacity: int) -> None:
-        """Write the header line (once, first)."""
+    def header(self, kinds: Sequence[StageKind], final: Sequence[bool], capacity: int,
+               loop: str | None = None) -> None:  # fmt: skip
+        """Write the header line (once, first); ``loop``: the orchestration loop the run uses (``"event"`` or
+        ``"poll"``), which ``omni-fsm compare`` pairs runs by."""
         if self._header_written:
             raise ConfigError("the header is already written")
-        head = TraceHeader(*pipeline_shape(kinds, final), capacity)
+        head = TraceHeader(*pipeline_shape(kinds, final), capacity, loop=loop)
         try:
             parse_header(head.encode())  # never write a header the reader would refuse
         except ValueError as err:

@@ -20,7 +20,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from omni_fsm import ControlMethod, EngineState, Lifecycle, MalformedInput, StageKind
+from omni_fsm import ConfigError, ControlMethod, EngineState, Lifecycle, MalformedInput, StageKind
 from omni_fsm import events as ev
 from omni_fsm import observations as ob
 from omni_fsm.trace import (
@@ -320,3 +320,19 @@ def test_reader_streams_steps_before_reading_the_rest() -> None:
     assert read == [1, 2, 3, 4]  # the next input closed the step; the bad line is not read yet
     with pytest.raises(MalformedInput, match=r"^t:5: bad JSON"):
         next(steps)
+
+
+def test_the_header_names_the_loop_when_given_and_refuses_an_unknown_one(tmp_path) -> None:
+    path = tmp_path / "looped.jsonl"
+    with TraceWriter(path) as writer:
+        writer.header([StageKind.AR], [True], 2, loop="poll")
+        writer.end()
+    assert json.loads(path.read_text().splitlines()[0])["loop"] == "poll"
+    assert read_trace(path).header.loop == "poll"
+    unnamed = tmp_path / "unnamed.jsonl"
+    with TraceWriter(unnamed) as writer:
+        writer.header([StageKind.AR], [True], 2)
+        writer.end()
+    assert "loop" not in json.loads(unnamed.read_text().splitlines()[0]) and read_trace(unnamed).header.loop is None
+    with pytest.raises(ConfigError, match=r'header: loop must be one of "event", "poll", not "threads"'):
+        TraceWriter(tmp_path / "bad.jsonl").header([StageKind.AR], [True], 2, loop="threads")

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 import omni_fsm.cli
+from omni_fsm.trace import read_trace
 from omni_runtime import load_pipeline
 from omni_runtime.cli import main
 
@@ -24,6 +25,7 @@ def test_demo_trace_passes_omni_fsm_check(tmp_path, capsys, loop):
     assert rc == 0, out
     assert "invariants: all" in out and "outcomes by finish reason" in out
     assert omni_fsm.cli.main(["check", str(trace)]) == 0
+    assert read_trace(trace).header.loop == loop  # the run's loop, named for ORCH-INV-303's pairing
 
 
 def test_example_pipeline_loads():
