@@ -41,20 +41,21 @@ class Loaded:
         return int(self.page.locator(selector + (":visible" if visible else "")).count())
 
 
-@pytest.fixture
-def demo(browser: Any, tmp_path: Path) -> Iterator[tuple[Loaded, Path]]:
-    trace = demo_trace(tmp_path)
+def _opened(browser: Any, trace: Path) -> Iterator[tuple[Loaded, Path]]:
+    """Yield ``trace``'s page, loaded, and the trace; close the page after the test."""
     loaded = Loaded(browser, trace)
     yield loaded, trace
     loaded.page.close()
+
+
+@pytest.fixture
+def demo(browser: Any, tmp_path: Path) -> Iterator[tuple[Loaded, Path]]:
+    yield from _opened(browser, demo_trace(tmp_path))
 
 
 @pytest.fixture
 def counterexample(browser: Any, tmp_path: Path) -> Iterator[tuple[Loaded, Path]]:
-    trace = cross_failure_counterexample(tmp_path)
-    loaded = Loaded(browser, trace)
-    yield loaded, trace
-    loaded.page.close()
+    yield from _opened(browser, cross_failure_counterexample(tmp_path))
 
 
 def test_the_demo_trace_shows_a_lane_per_request_and_no_violation(demo: tuple[Loaded, Path]) -> None:

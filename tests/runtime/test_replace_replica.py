@@ -76,6 +76,7 @@ def test_a_replacement_takes_the_lost_replicas_place_and_serves_new_requests():
     assert engine.host.runtimes[TALKER][0] is replacement and lost.closed
     assert "runtime 1/0 replaced" in engine.host.history
     lost_sink(rp.Finished(first[0], (7,)))  # a late report of the lost runtime: nobody takes it
+    assert not engine.host.buffers[TALKER][0]  # not in the buffer the orchestrator reads for that replica now
 
     second = [engine.submit(Prompt((2, i))) for i in range(6)]
     done = ends(engine, second)

@@ -7,6 +7,7 @@ import os
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from tests.unavailable import unavailable
 
@@ -31,3 +32,19 @@ def require(module: str, install: str) -> None:
     if importlib.util.find_spec(module) is not None:
         return
     unavailable(f"{module} is not installed ({install}; `make test` installs it)", module_level=True)
+
+
+class RecordsReports:
+    """Mixin for a runtime class: it also keeps, in ``reports``, every report it hands to its sink (on the side that
+    bound it, after whatever transport the runtime crosses)."""
+
+    reports: list[Any]
+
+    def bind(self, sink: Any) -> None:
+        self.reports = []
+
+        def record(report: Any) -> None:
+            self.reports.append(report)
+            sink(report)
+
+        super().bind(record)  # type: ignore[misc]

@@ -18,6 +18,7 @@ from omni_runtime import protocol as rp
 from omni_runtime.errors import ConfigError
 from omni_runtime.runtimes.process import ChildRaised, ProcessRuntime, process_runtimes
 from omni_runtime.testing import check_runtime
+from tests.runtimes.conftest import RecordsReports
 from tests.runtimes.process_factories import SIM, sim_in_process
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -43,17 +44,8 @@ def all_gone(pids, within: float = 10.0) -> list[int]:
         time.sleep(0.05)
 
 
-class Recorded(ProcessRuntime):
+class Recorded(RecordsReports, ProcessRuntime):
     """A ProcessRuntime that also keeps every report it hands to its sink (in the parent)."""
-
-    def bind(self, sink):
-        self.reports = []
-
-        def record(report):
-            self.reports.append(report)
-            sink(report)
-
-        super().bind(record)
 
 
 def test_the_conformance_kit_passes_on_the_simulator_in_a_child_process():

@@ -283,6 +283,16 @@ def ray_factory(spec: StageSpec, stage: int, replica: int, rpc_fails: bool = Fal
     return RayRuntime(spec, stage, replica, rpc_fails)
 
 
+def actor_factory(runtime: str) -> rp.RuntimeFactory[RayRuntime]:
+    """Return the runtime factory that runs ``runtime`` (a name of ``INNER`` or ``package.module:factory``) in a Ray
+    actor per replica, whatever the stage placement names (``check_runtime(actor_factory("diffusers"))``)."""
+
+    def factory(spec: StageSpec, stage: int, replica: int, rpc_fails: bool = False) -> RayRuntime:
+        return RayRuntime(spec, stage, replica, rpc_fails, runtime=runtime)
+
+    return factory
+
+
 def ray_kit_factory(spec: StageSpec, stage: int, replica: int, rpc_fails: bool = False) -> RayRuntime:
     """The conformance kit's reference runtime (``sim-kit``: every legal behaviour on) in a Ray actor."""
     return RayRuntime(spec, stage, replica, rpc_fails, runtime="sim-kit")
@@ -331,5 +341,5 @@ def _first_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[0] if text else ''}"
 
 
-__all__ = ["INNER", "RayRaised", "RayRuntime", "actor_options", "connect", "custom_resources", "ray_factory",
-           "ray_kit_factory", "ray_runtimes", "shutdown_all"]  # fmt: skip
+__all__ = ["INNER", "RayRaised", "RayRuntime", "actor_factory", "actor_options", "connect", "custom_resources",
+           "ray_factory", "ray_kit_factory", "ray_runtimes", "shutdown_all"]  # fmt: skip

@@ -16,19 +16,17 @@ import numpy as np  # noqa: E402
 from omni_fsm import Outcome, StageKind  # noqa: E402
 from omni_runtime import Engine, Pipeline, Prompt, Sampling, StageSpec  # noqa: E402
 from omni_runtime.runtimes.diffusers import diffusers_runtimes  # noqa: E402
-from omni_runtime.runtimes.ray import RayRuntime  # noqa: E402
+from omni_runtime.runtimes.ray import RayRuntime, actor_factory  # noqa: E402
 from omni_runtime.runtimes.sim import sim_replica  # noqa: E402
 from omni_runtime.testing import check_runtime  # noqa: E402
 
 pytestmark = pytest.mark.covers("ORCH-INV-101", "ORCH-INV-202", "ORCH-INV-209")
 
 
-def diffusers_in_ray(spec: StageSpec, stage: int, replica: int, rpc_fails: bool = False) -> RayRuntime:
-    return RayRuntime(spec, stage, replica, rpc_fails, runtime="diffusers")
-
 
 def test_the_conformance_kit_passes_on_diffusers_in_ray_actors(cluster):
-    check_runtime(diffusers_in_ray, max_examples=2, kinds={StageKind.DIFFUSION}, derandomize=True, may_fail=False)
+    check_runtime(actor_factory("diffusers"), max_examples=2, kinds={StageKind.DIFFUSION}, derandomize=True,
+                  may_fail=False)
 
 
 def test_an_image_stage_in_a_ray_actor_makes_the_image_it_makes_here(cluster):

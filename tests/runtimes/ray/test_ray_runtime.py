@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from tests.runtimes.conftest import require
+from tests.runtimes.conftest import RecordsReports, require
 
 require("ray", "pip install 'ray==2.60.0' (the ray extra)")
 
@@ -30,17 +30,8 @@ pytestmark = pytest.mark.covers("ORCH-INV-206", "ORCH-INV-300")
 STEP_S = 0.002  #: each busy step of the simulator in the actors takes this long: requests last long enough to lose
 
 
-class Recorded(RayRuntime):
+class Recorded(RecordsReports, RayRuntime):
     """A RayRuntime that also keeps every report it hands to its sink (on the driver)."""
-
-    def bind(self, sink):
-        self.reports = []
-
-        def record(report):
-            self.reports.append(report)
-            sink(report)
-
-        super().bind(record)
 
 
 def two_stages(talker_tokens: int) -> Pipeline:

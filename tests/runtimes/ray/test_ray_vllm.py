@@ -15,18 +15,15 @@ from omni_fsm import Outcome, StageKind  # noqa: E402
 from omni_fsm.cli import main as omni_fsm  # noqa: E402
 from omni_fsm.trace.jsonl import TraceWriter  # noqa: E402
 from omni_runtime import Engine, Pipeline, Prompt, StageSpec  # noqa: E402
-from omni_runtime.runtimes.ray import RayRuntime, ray_runtimes  # noqa: E402
+from omni_runtime.runtimes.ray import actor_factory, ray_runtimes  # noqa: E402
 from omni_runtime.testing import check_runtime  # noqa: E402
 
 pytestmark = pytest.mark.covers("ORCH-INV-101", "ORCH-INV-202", "ORCH-INV-209")
 
 
-def vllm_scheduler_in_ray(spec: StageSpec, stage: int, replica: int, rpc_fails: bool = False) -> RayRuntime:
-    return RayRuntime(spec, stage, replica, rpc_fails, runtime="vllm-scheduler")
-
 
 def test_the_conformance_kit_passes_on_vllm_in_ray_actors(cluster):
-    check_runtime(vllm_scheduler_in_ray, max_examples=3, kinds={StageKind.AR})
+    check_runtime(actor_factory("vllm-scheduler"), max_examples=3, kinds={StageKind.AR})
 
 
 @pytest.fixture(scope="module")

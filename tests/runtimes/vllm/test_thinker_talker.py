@@ -26,8 +26,22 @@ from omni_runtime.runtimes.vllm.thinker_talker import payload_runtimes, stage_en
 PROMPTS = (Prompt(text="w10 w20 w30"), Prompt(text="a b c d e"))
 
 
-def run(name: str, model: str) -> list[tuple[dict, dict]]:
-    """Run ``PROMPTS`` through example pipeline ``name``; return each request's (thinker, talker) results."""
+EOS = 2  #: the tiny model's end-of-sequence id
+TALKER_MAX_TOKENS = 3  #: both examples' talker ``max_tokens``
+
+
+def talker_ended_as_vllm_ends(talker: dict, reason: str | None) -> bool:
+    """Return whether the talker's greedy run ended as vLLM ends one: at ``max_tokens`` (``length``), or earlier on
+    the end-of-sequence id (``stop``)."""
+    ids = talker["token_ids"]
+    if reason == "length":
+        return len(ids) == TALKER_MAX_TOKENS and EOS not in ids
+    return reason == "stop" and 1 <= len(ids) <= TALKER_MAX_TOKENS and ids[-1] == EOS and EOS not in ids[:-1]
+
+
+def run(name: str, model: str) -> list[tuple[dict, dict, str | None]]:
+    """Run ``PROMPTS`` through example pipeline ``name``; return each request's (thinker, talker) results and the
+    request's finish reason."""
     pipeline = load_pipeline(example_pipeline(name))
     engine = Engine(pipeline, payload_runtimes(pipeline, model))
     try:
@@ -39,7 +53,7 @@ def run(name: str, model: str) -> list[tuple[dict, dict]]:
         messages = result.messages
         assert messages[-1].finished and messages[-1].outcome is Outcome.FINISHED, messages[-1]
         thinker = next(m.data for m in messages if m.stage == 0 and m.stage_final)
-        out.append((thinker, messages[-1].data))
+        out.append((thinker, messages[-1].data, messages[-1].reason))
     return out
 
 
@@ -47,7 +61,7 @@ def run(name: str, model: str) -> list[tuple[dict, dict]]:
 def test_the_talker_is_conditioned_on_the_hidden_states_the_thinker_built(model):
     args = stage_engine_args(load_pipeline(example_pipeline("thinker_talker_hidden")))
     assert args[0]["additional_config"]["omni_pooler_payload_include_hidden"] and args[1]["enable_prompt_embeds"]
-    for thinker, talker in run("thinker_talker_hidden", model):
+    for thinker, talker, reason in run("thinker_talker_hidden", model):
         hidden, sampled = thinker["hidden_states"], thinker["token_ids"]
         prompt_len = len(thinker["prompt_token_ids"])
         # the payload: one row of the last layer per token the thinker computed (its prompt, then all it sampled
@@ -57,14 +71,14 @@ def test_the_talker_is_conditioned_on_the_hidden_states_the_thinker_built(model)
         # the crossing: vLLM's talker request held exactly those rows as its prompt embeddings, and no token ids
         assert talker["prompt_token_ids"] is None and torch.equal(talker["prompt_embeds"], hidden)
         assert talker["hidden_states"] is None and talker["payload_counts"] is None  # the last stage builds none
-        assert 1 <= len(talker["token_ids"]) <= 3
+        assert talker_ended_as_vllm_ends(talker, reason), (talker["token_ids"], reason)
 
 
 @pytest.mark.covers("AR-INV-002")
 def test_a_token_only_thinker_builds_no_payload_and_streams_its_tokens_to_the_talker_as_chunks(model):
     args = stage_engine_args(load_pipeline(example_pipeline("thinker_talker_tokens")))
     assert args[0]["scheduler_cls"] == SCHEDULER_CLS and "scheduler_cls" not in args[1]  # the last stage sends none
-    for thinker, talker in run("thinker_talker_tokens", model):
+    for thinker, talker, reason in run("thinker_talker_tokens", model):
         counts = thinker["payload_counts"]
         assert counts["built"] == 0 and counts["skipped"] > 0 and thinker["hidden_states"] is None
         # the chunk stream: one chunk per step that sampled (the token-update trigger, no tensor payload on any
@@ -76,7 +90,7 @@ def test_a_token_only_thinker_builds_no_payload_and_streams_its_tokens_to_the_ta
         # the crossing: vLLM's talker request held that stream as its prompt, no embeddings
         assert talker["prompt_token_ids"] == sampled and talker["prompt_embeds"] is None
         assert talker["chunks"] is None and talker["chunk_counts"] is None  # the last stage streams nothing
-        assert 1 <= len(talker["token_ids"]) <= 3
+        assert talker_ended_as_vllm_ends(talker, reason), (talker["token_ids"], reason)
 
 
 @pytest.mark.covers("AR-INV-002")
