@@ -8,12 +8,15 @@ request in eight with two samples, one in eight with a CFG companion, one in fiv
 second stage runs), replayed on a fresh core per repeat: the time of the whole replay divided by its
 number of events, median over the repeats (the garbage collector off while a replay runs, as
 ``timeit`` does). The whole handle is timed: row selection, effects, observations, slot moves and the
-fan-out drained. The reference does the same work: a ``Lifecycle`` whose request and engine tables
-are replaced by the ``transitions`` machines of ``omni_fsm.engine.reference.build_reference(SPEC)``,
-so the core asks the reference for every row selection and does everything else the same. Before
-any timing both cores replay the whole mix once and must return identical observation lists for
-every event (else ``AssertionError``). The two paths alternate repeat by repeat, so machine noise
-falls on both alike.
+fan-out drained. The compiled core runs ``SPEC``'s generated row programs (``omni_fsm/spec/programs.py``:
+the selection's tests and each row's effects, slot moves and terminal effects, straight through). The
+reference does the same work: a ``Lifecycle`` whose request and engine tables are replaced by the
+``transitions`` machines of ``omni_fsm.engine.reference.build_reference(SPEC)``, so the core asks the
+reference for every row selection and runs each row's plan the generic way (``Lifecycle._run_row``).
+A third path shows what the programs alone are worth: the compiled selection as closures over the
+guards, each row's plan run the generic way (no transitions). Before any timing the three cores
+replay the whole mix once and must return identical observation lists for every event (else
+``AssertionError``). The paths alternate repeat by repeat, so machine noise falls on all alike.
 Memory: the ``tracemalloc`` delta of a ``Lifecycle`` (the mix's pipeline) tracking ``requests``
 submitted requests (registry entry, record, id), divided by ``requests``.
 Targets: the reference >= 10x slower than the compiled handle (ratio), <= 256 bytes per tracked request.
@@ -35,6 +38,7 @@ from typing import Any
 
 from omni_fsm import SPEC, Lifecycle, StageKind
 from omni_fsm import events as ev
+from omni_fsm.engine.compiled import CompiledTable
 from omni_fsm.engine.reference import build_reference
 
 
@@ -60,30 +64,40 @@ def record_mix(requests: int = MIX.REQUESTS) -> list[Any]:
     return mix
 
 
-def fresh_core(reference: bool = False) -> Lifecycle:
-    """Return a fresh core on the mix's pipeline; ``reference``: its tables replaced by ``transitions``."""
+CLOSURES = CompiledTable(SPEC.rows, closures=True)
+#: the paths timed: the compiled core, the ``transitions`` reference, and closures run the generic way
+PATHS = ("compiled", "reference", "generic")
+
+
+def fresh_core(reference: bool | str = False) -> Lifecycle:
+    """Return a fresh core on the mix's pipeline; ``reference`` (or ``"reference"``): its tables replaced by
+    ``transitions``; ``"generic"``: its request table by closures, each row's plan run the generic way."""
+    path = "reference" if reference is True else (reference or "compiled")
     core = Lifecycle(KINDS, FINAL)
-    if reference:
+    if path == "reference":
         core.table, core.engine_table = REFERENCE.request, REFERENCE.engine
+    elif path == "generic":
+        core.table = CLOSURES
     return core
 
 
-def observe(mix: list[Any], reference: bool = False) -> list[list[Any]]:
+def observe(mix: list[Any], reference: bool | str = False) -> list[list[Any]]:
     """Replay ``mix`` on a fresh core; return each event's observations."""
     handle = fresh_core(reference).handle
     return [handle(event) for event in mix]
 
 
 def check_same_work(mix: list[Any]) -> int:
-    """Raise unless both paths observe the same for every event of ``mix``; return the observations made."""
-    fast, slow = observe(mix), observe(mix, reference=True)
-    for i, (event, got, want) in enumerate(zip(mix, slow, fast, strict=True)):
-        if got != want:
-            raise AssertionError(f"event {i} ({event!r}): reference observed {got!r}, compiled {want!r}")
+    """Raise unless every path observes the same for every event of ``mix``; return the observations made."""
+    fast = observe(mix)
+    for path in PATHS[1:]:
+        for i, (event, got, want) in enumerate(zip(mix, observe(mix, path), fast, strict=True)):
+            if got != want:
+                raise AssertionError(f"event {i} ({event!r}): {path} observed {got!r}, compiled {want!r}")
     return sum(map(len, fast))
 
 
-def replay_seconds(mix: list[Any], reference: bool) -> float:
+def replay_seconds(mix: list[Any], reference: bool | str) -> float:
     """Return the seconds per event of one replay of ``mix`` on a fresh core (construction not timed)."""
     handle = fresh_core(reference).handle
     gc.collect()
@@ -98,14 +112,13 @@ def replay_seconds(mix: list[Any], reference: bool) -> float:
     return elapsed / len(mix)
 
 
-def time_paths(mix: list[Any], repeats: int) -> tuple[list[float], list[float]]:
-    """Return the seconds per event of each repeat, compiled and reference, alternating repeat by repeat."""
-    fast: list[float] = []
-    slow: list[float] = []
+def time_paths(mix: list[Any], repeats: int) -> dict[str, list[float]]:
+    """Return the seconds per event of each repeat of each path (``PATHS``), alternating repeat by repeat."""
+    times: dict[str, list[float]] = {path: [] for path in PATHS}
     for _ in range(repeats):
-        fast.append(replay_seconds(mix, reference=False))
-        slow.append(replay_seconds(mix, reference=True))
-    return fast, slow
+        for path in PATHS:
+            times[path].append(replay_seconds(mix, path))
+    return times
 
 
 def bytes_per_request(requests: int, stride: int = 2) -> int:
@@ -131,16 +144,21 @@ def run(mix_requests: int = MIX.REQUESTS, repeats: int = 15, requests: int = 100
     """Measure, print the figures side by side, and return the summary line (also printed last)."""
     mix = record_mix(mix_requests)
     observations = check_same_work(mix)
-    fast, slow = time_paths(mix, repeats)
+    times = time_paths(mix, repeats)
+    fast, slow, generic = times["compiled"], times["reference"], times["generic"]
     per_request = bytes_per_request(requests)
     handle_us, slow_us = statistics.median(fast) * 1e6, statistics.median(slow) * 1e6
+    generic_us = statistics.median(generic) * 1e6
     ratio = slow_us / handle_us
     print(f"event mix: {len(mix):,} events of {mix_requests} requests (AR -> AR -> diffusion; n=2, CFG, aborts), "
           f"replayed on a fresh core, median of {repeats} repeats", file=out)  # fmt: skip
-    print(f"  same work: both paths made the same {observations:,} observations, event by event", file=out)
+    print(f"  same work: all {len(PATHS)} paths made the same {observations:,} observations, event by event",
+          file=out)
     rows = (
-        ("Lifecycle.handle, compiled tables", f"{handle_us:8.3f} us/event",
+        ("Lifecycle.handle, compiled (row programs)", f"{handle_us:8.3f} us/event",
          f"(min {min(fast) * 1e6:.3f}, max {max(fast) * 1e6:.3f})"),
+        ("Lifecycle.handle, closures + generic row runs", f"{generic_us:8.3f} us/event",
+         f"(min {min(generic) * 1e6:.3f}, max {max(generic) * 1e6:.3f}; {generic_us / handle_us:.2f}x compiled)"),
         ("Lifecycle.handle, transitions reference", f"{slow_us:8.2f} us/event",
          f"(min {min(slow) * 1e6:.2f}, max {max(slow) * 1e6:.2f})"),
         ("ratio (transitions / compiled)", f"{ratio:8.1f} x       ", "(target >= 10)"),

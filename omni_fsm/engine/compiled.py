@@ -8,6 +8,7 @@ generated, so a guard's error shows the guard's own file and line.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
 from typing import Any
 
@@ -15,7 +16,7 @@ from omni_fsm.errors import ConfigError
 from omni_fsm.spec import selection as generated
 from omni_fsm.spec.guards import GUARDS, Guard, check_guard_names
 from omni_fsm.spec.record import Engine
-from omni_fsm.spec.table import Row, rows_digest
+from omni_fsm.spec.table import Row, Spec, rows_digest
 
 _Entry = tuple[tuple[str, ...], tuple[str, ...], Row]
 Selector = Callable[[Any, Any, Engine], Row | None]
@@ -104,4 +105,11 @@ class CompiledTable:
         return row
 
 
-__all__ = ["CompiledTable", "Selector", "is_generated_for", "selector"]
+def policy_digest(spec: Spec) -> str:
+    """Return a digest of what a program takes from ``spec`` beyond its rows: fan-outs, terminal effects, slots."""
+    made_of = (sorted((e.name, repr(f)) for e, f in spec.fan_out.items()), [e.name for e in spec.on_terminal],
+               sorted(s.name for s in spec.holds_slot))
+    return hashlib.sha256(repr(made_of).encode()).hexdigest()[:16]
+
+
+__all__ = ["CompiledTable", "Selector", "is_generated_for", "policy_digest", "selector"]

@@ -12,15 +12,17 @@ row's effects do and whom they reach (``spec.effects``), how slots move (``spec.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from functools import lru_cache
 from typing import Any, Protocol
 
-from omni_fsm.engine.compiled import CompiledTable
+from omni_fsm.engine.compiled import CompiledTable, policy_digest
 from omni_fsm.errors import ConfigError, InternalError, LifecycleError
 from omni_fsm.spec import events as ev
 from omni_fsm.spec import observations as ob
 from omni_fsm.spec import policy
+from omni_fsm.spec import programs as generated_programs
+from omni_fsm.spec import selection as generated_selection
 from omni_fsm.spec.effects import EFFECTS as _EFFECTS
 from omni_fsm.spec.effects import ENGINE_EFFECTS as _ENGINE_EFFECTS
 from omni_fsm.spec.effects import Effect, EngineFx, FanOut, Fx, Out, fan_out_effect, fan_out_engine_effect
@@ -35,6 +37,9 @@ _id = id  # rows hash by value (attrs); the per-row plans are keyed by identity,
 #: the event types about one request (the others are the engine's), as the intake declares them
 _PER_REQUEST = frozenset(kind for kind, intake in INTAKE.items() if intake.per_request)
 _CLIENT = Role.CLIENT
+_SPEC_POLICY = policy_digest(SPEC)
+#: ``fire(core, record, event, out)``: select the row and run it; return it (``None``: no row, nothing changed)
+Fire = Callable[["Lifecycle", Record, Any, "Out"], Row | None]
 
 __all__ = ["Counters", "Lifecycle", "Table", "dependent_id", "fanout"]
 
@@ -100,6 +105,7 @@ class Lifecycle:
         self._on_terminal = self._effect_functions(spec.on_terminal, "on_terminal")
         self._engine_effects = {_id(r): self._engine_effect_functions(r) for r in spec.engine_rows}
         self._queue: deque[ev.RequestEvent] = deque()
+        self._build_programs()
 
     @property
     def table(self) -> Table:
@@ -113,6 +119,23 @@ class Lifecycle:
         # asked through ``select`` for every (state, event type)
         self._index: Any = table.index if isinstance(table, CompiledTable) else {
             kind: dict.fromkeys(ReqState, table.select) for kind in _PER_REQUEST}
+        if hasattr(self, "_plans"):  # replaced after construction (made in ``__init__`` once the plans are)
+            self._build_programs()
+
+    def _build_programs(self) -> None:
+        """Make each (event type, state)'s fire function: the generated row programs (``spec/programs.py``)
+        when this table selects with ``spec/selection.py`` and the spec's policy and the effect functions are the
+        ones they were made from, else the table's selector and each row's plan, the generic way (``_run_row``)."""
+        policy_made = _SPEC_POLICY if self.spec is SPEC else policy_digest(self.spec)
+        same_effects = _EFFECTS.keys() == generated_programs.MADE_WITH.keys() and all(
+            _EFFECTS[e] is f for e, f in generated_programs.MADE_WITH.items())
+        if self._index is generated_selection.INDEX and policy_made == generated_programs.MADE_FROM and same_effects:
+            made: dict[type, dict[ReqState, Fire]] = generated_programs.INDEX
+        else:
+            made = {kind: {state: _generic(select) for state, select in by_state.items()}
+                    for kind, by_state in self._index.items()}
+        #: event type -> state -> fire: every event type about a request (none for a state no row leaves on it)
+        self._firing: dict[type, dict[ReqState, Fire]] = {kind: made.get(kind, {}) for kind in _PER_REQUEST}
 
     # -- queries -------------------------------------------------------------------------
 
@@ -162,13 +185,23 @@ class Lifecycle:
         allowed in the current state, ``TypeError`` when ``event`` is no event.
         """
         out: Out = []
-        if event.__class__ in _PER_REQUEST:
-            self._request(event, out, True)  # type: ignore[arg-type]
-        else:
-            intake = INTAKE.get(event.__class__)
-            if intake is None:
-                raise TypeError(f"Lifecycle.handle takes an event of omni_fsm.events, got {event!r}")
-            self._engine(event, intake, out)
+        kind = type(event)  # a specialised call, where ``event.__class__`` is a generic attribute lookup
+        intake = INTAKE.get(kind)
+        if intake is None:
+            raise TypeError(f"Lifecycle.handle takes an event of omni_fsm.events, got {event!r}")
+        if not intake.stage_scoped:
+            if intake.per_request:
+                self._request(event, out, True)  # type: ignore[arg-type]
+            else:
+                self._engine(event, intake, out)
+        else:  # a runtime's report about a request at a stage, the commonest event: ``_request``'s path, inline
+            rec = self.records.get(event.rid)  # type: ignore[attr-defined]
+            fire = None if rec is None or event.stage != rec.stage or rec.state not in STAGE_LIVE else (  # type: ignore[attr-defined]
+                self._firing[kind].get(rec.state))
+            if fire is None:  # unknown, stale or no row here: ``_request`` says which
+                self._request(event, out, True)  # type: ignore[arg-type]
+            elif fire(self, rec, event, out) is None:  # type: ignore[arg-type]
+                self._miss(rec, event, out)  # type: ignore[arg-type]
         if self._queue:
             self.drain(out)
         return out
@@ -176,7 +209,7 @@ class Lifecycle:
     # -- requests --------------------------------------------------------------------------
 
     def _request(self, event: ev.RequestEvent, out: Out, top: bool) -> None:
-        intake = INTAKE[event.__class__]
+        intake = INTAKE[type(event)]
         rec = self.records.get(event.rid)
         if intake.admits:
             if rec is None:
@@ -195,7 +228,9 @@ class Lifecycle:
             self.counters.dropped_stale += 1
             out.append(ob.Dropped(event.rid, type(event).__name__, "stale"))
             return
-        self._fire(rec, event, out)
+        fire = self._firing[type(event)].get(rec.state)  # ``self._fire``, inline
+        if fire is None or fire(self, rec, event, out) is None:
+            self._miss(rec, event, out)
 
     def _admit(self, event: ev.Submit, out: Out) -> None:
         """Make the record of a client's new request and fire its submit (refused: the record goes again)."""
@@ -221,11 +256,13 @@ class Lifecycle:
                     self.reserved[dep] = event.rid
 
     def _fire(self, rec: Record, event: ev.RequestEvent, out: Out) -> Row:
-        by_state = self._index.get(event.__class__)  # ``self.table.select``, inline: the hottest call there is
-        select = None if by_state is None else by_state.get(rec.state)
-        row: Row | None = None if select is None else select(rec, event, self.engine)
-        if row is None:
-            return self._miss(rec, event, out)
+        """Fire the row the table selects for ``event`` (none: what the event's origin says); return it."""
+        fire = self._firing[type(event)].get(rec.state)
+        row = None if fire is None else fire(self, rec, event, out)
+        return self._miss(rec, event, out) if row is None else row
+
+    def _run_row(self, row: Row, rec: Record, event: ev.RequestEvent, out: Out) -> Row:
+        """Run ``row`` on ``rec`` from its plan, the generic way (what a generated row program runs straight)."""
         effects, terminal, free, take = self._plans[_id(row)]
         source, held_stage = rec.state, rec.stage
         if free is None:  # an abort is involved: slots follow the state it interrupted (or restores)
@@ -254,7 +291,7 @@ class Lifecycle:
             raise LifecycleError(rec.rid, rec.state, event)
         if miss is Miss.BUG:
             raise InternalError(f"no row for internal {event!r} in {rec.state!r}")
-        if event.__class__ is MISS_REWRITE:  # the rewrite itself has no row: a table bug
+        if type(event) is MISS_REWRITE:  # the rewrite itself has no row: a table bug
             raise InternalError(f"no row for {event!r} in {rec.state!r}")
         self.counters.failed_illegal += 1
         out.append(ob.Rejected(rec.rid, type(event).__name__))
@@ -349,3 +386,13 @@ def _request_effect(effect: Effect, fan_out: Any, resume_to: Any) -> Fx:
 def _compiled(rows: tuple[Row, ...], guards: tuple[tuple[str, Guard], ...]) -> CompiledTable:
     """Return the selection of ``rows`` over ``guards`` (made once per table and guard set)."""
     return CompiledTable(rows, dict(guards))
+
+
+def _generic(select: Any) -> Fire:
+    """Return the fire function that asks ``select`` for the row and runs its plan (``Lifecycle._run_row``)."""
+
+    def fire(core: Lifecycle, rec: Record, event: Any, out: Out) -> Row | None:
+        row = select(rec, event, core.engine)
+        return None if row is None else core._run_row(row, rec, event, out)
+
+    return fire

@@ -198,9 +198,6 @@ def fan_out_engine_effect(fan_out: FanOut) -> EngineFx:
 
 # -- request effects ------------------------------------------------------------------------------
 
-#: the finish reason of each stop kind, and the (outcome, finish reason) of each terminal state
-_STOP_TEXT = STOP_REASON
-_TERMINAL_TEXT = TERMINAL_OUTCOME
 #: the stage a request spawned in each role ends at: a companion at stage 0 (it conditions the parent's first
 #: stage), a sample where its parent ends
 _COMPANION_LAST_STAGE = 0
@@ -240,14 +237,16 @@ def _accumulate(ctx: Context, rec: Record, event: Any, source: ReqState, out: Ou
 
 
 def _emit_partial(ctx: Context, rec: Record, event: Any, source: ReqState, out: Out) -> None:
-    client, sample = client_of(rec)
-    out.append(ob.Emitted(client, rec.stage, event.tokens, rec.tokens, sample=sample))
+    if rec.role is Role.CHILD:  # a sample's outputs reach its parent's client (``client_of``, spelt out: the hot path)
+        out.append(ob.Emitted(rec.parent, rec.stage, event.tokens, rec.tokens, sample=rec.sample))
+    else:
+        out.append(ob.Emitted(rec.rid, rec.stage, event.tokens, rec.tokens))
 
 
 def _emit_stage_final(ctx: Context, rec: Record, event: Any, source: ReqState, out: Out) -> None:
     client, sample = client_of(rec)
     stop = getattr(event, "stop", None)  # a stage's finish says how; a companion's gate opening is a plain stop
-    reason = FinishReason.STOP if stop is None else _STOP_TEXT[stop]
+    reason = FinishReason.STOP if stop is None else STOP_REASON[stop]
     out.append(ob.Emitted(client, rec.stage, 0, rec.tokens, stage_final=True, reason=reason, sample=sample))
 
 
@@ -271,13 +270,13 @@ def _note_companion_lost(ctx: Context, rec: Record, event: Any, source: ReqState
     rec.worst = ReqState.FINISHED_ERROR
 
 
-def _abort_caller(event: ev.Abort) -> int | None:
+def abort_caller(event: ev.Abort) -> int | None:
     """Return whom an abort's answer is owed to, as ``Record.abort_calls`` keeps it: the client's call id, or
     ``None`` for the parent's abort of its dependent."""
     return event.call_id if event.parent is None else None
 
 
-def _answer_aborts(rec: Record, ok: bool, out: Out) -> None:
+def answer_aborts(rec: Record, ok: bool, out: Out) -> None:
     """Answer every abort call ``rec`` owes (the client's, by call id, then its parent's), and owe none."""
     for call in sorted(rec.abort_calls, key=lambda c: (c is None, c or 0)):
         out.append(ob.AbortAnswered(rec.rid, ok, call, None) if call is not None
@@ -286,7 +285,7 @@ def _answer_aborts(rec: Record, ok: bool, out: Out) -> None:
 
 
 def _ack_abort(ctx: Context, rec: Record, event: Any, source: ReqState, out: Out) -> None:
-    caller = _abort_caller(event)
+    caller = abort_caller(event)
     rec.abort_calls = rec.abort_calls | {caller}
     out.append(ob.AbortRequested(rec.rid, caller, event.parent))
 
@@ -301,21 +300,21 @@ def _send_abort(ctx: Context, rec: Record, event: Any, source: ReqState, out: Ou
 
 def _commit_abort(ctx: Context, rec: Record, event: Any, source: ReqState, out: Out) -> None:
     out.append(ob.AbortCommitted(rec.rid))
-    _answer_aborts(rec, True, out)
+    answer_aborts(rec, True, out)
 
 
 def _answer_abort_failed(ctx: Context, rec: Record, event: Any, source: ReqState, out: Out) -> None:
     rec.resume = None
-    _answer_aborts(rec, False, out)
+    answer_aborts(rec, False, out)
 
 
 def _answer_open_aborts(ctx: Context, rec: Record, event: Any, source: ReqState, out: Out) -> None:
     if rec.abort_calls:  # overtaken (a failure, the engine's death, a shutdown, samples ending otherwise)
-        _answer_aborts(rec, _TERMINAL_TEXT[rec.state][0] is Outcome.ABORTED, out)
+        answer_aborts(rec, TERMINAL_OUTCOME[rec.state][0] is Outcome.ABORTED, out)
 
 
 def _emit_terminal(ctx: Context, rec: Record, event: Any, source: ReqState, out: Out) -> None:
-    outcome, reason = _TERMINAL_TEXT[rec.state]
+    outcome, reason = TERMINAL_OUTCOME[rec.state]
     eng = ctx.engine
     keeps_prefix = eng.kinds[rec.stage] is StageKind.AR and eng.final[rec.stage]
     cumulative = rec.tokens if (outcome is not Outcome.ABORTED or keeps_prefix) else 0
@@ -432,5 +431,6 @@ ENGINE_EFFECTS: dict[Effect, EngineFx] = {
 }
 
 __all__ = ["EFFECTS", "ENGINE_EFFECTS", "FAN_OUT", "FAN_OUT_ORDER", "HELD_STATE", "PARENTS", "RPC_FAILURE_WHY",
-           "Context", "Effect", "EngineFx", "FanOut", "Fx", "Out", "Reach", "client_of", "fan_out_effect",
-           "fan_out_engine_effect", "follow_interrupted", "reached", "spawn"]  # fmt: skip
+           "Context", "Effect", "EngineFx", "FanOut", "Fx", "Out", "Reach", "abort_caller", "answer_aborts",
+           "client_of", "fan_out_effect", "fan_out_engine_effect", "follow_interrupted", "reached",
+           "spawn"]  # fmt: skip

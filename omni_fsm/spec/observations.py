@@ -174,3 +174,4 @@ class OrchestratorStopped(Observation):
 @attrs.frozen
 class RuntimesStopped(Observation):
     pass
+

@@ -14,7 +14,7 @@ import pytest
 
 BENCH = Path(__file__).resolve().parents[2] / "bench" / "fsm_step.py"
 LINE = re.compile(r"fsm_step: handle_us=\d+\.\d{3} transitions_us=\d+\.\d{2} ratio=\d+\.\d bytes_per_request=\d+")
-SAME_WORK = re.compile(r"  same work: both paths made the same [\d,]+ observations, event by event")
+SAME_WORK = re.compile(r"  same work: all 3 paths made the same [\d,]+ observations, event by event")
 
 
 def load_bench() -> ModuleType:

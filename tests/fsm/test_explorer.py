@@ -15,6 +15,7 @@ from omni_fsm import events as ev
 from omni_fsm.cli import main as cli_main
 from omni_fsm.cli.explore import write_counterexample
 from omni_fsm.engine import core
+from omni_fsm.engine.compiled import CompiledTable
 from omni_fsm.engine.core import Lifecycle
 from omni_fsm.explore.explorer import DEFAULT_FAMILIES, FAMILIES, Bound, explore
 from omni_fsm.spec.record import Record
@@ -117,6 +118,7 @@ class _StageWatched(Lifecycle):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._plans = {k: (tuple(map(_stage_watched, fx)), *rest) for k, (fx, *rest) in self._plans.items()}
+        self.table = CompiledTable(self.spec.rows, closures=True)  # each row's plan run (no generated program)
 
 
 @pytest.mark.parametrize("bound", [
