@@ -174,4 +174,3 @@ class OrchestratorStopped(Observation):
 @attrs.frozen
 class RuntimesStopped(Observation):
     pass
-
