@@ -159,7 +159,7 @@ class Orchestrator:
         if request_id is not None:  # before the lifecycle sees it: a request failed at once has messages too
             self._request_ids[rid], self._by_request_id[request_id] = request_id, rid
         try:
-            out = self._feed(ev.Submit(rid, n, companions))
+            out = self._feed(ev.Submit(rid, n, companions, request_id=request_id))
         except LifecycleError as exc:
             del self.routes[rid]
             if request_id is not None:

@@ -202,6 +202,7 @@ async def run_demo(pipeline: Pipeline, options: WorkloadOptions, trace_path: str
         async def client() -> None:  # one of ``concurrency`` clients, each submitting one request after another
             nonlocal started_requests, done
             while started_requests < options.requests:
+                request_id = f"request-{started_requests}"  # the workload's own name: it pairs two runs' requests
                 started_requests += 1
                 roll = rng.random()
                 n = 2 if roll < options.parallel_rate else 1
@@ -212,7 +213,7 @@ async def run_demo(pipeline: Pipeline, options: WorkloadOptions, trace_path: str
                     prompt = _text_prompt(rng)
                 else:
                     prompt = Prompt(tuple(rng.randrange(1000) for _ in range(rng.randint(1, 6))))
-                await _consume(engine, prompt, n, companions, abort_mode, abort_at, faults, report)
+                await _consume(engine, prompt, n, companions, abort_mode, abort_at, faults, report, request_id)
                 done += 1
                 if to_kill and done >= options.requests // 3:
                     for stage, replica in to_kill:
@@ -267,9 +268,10 @@ def _kill(runtime: Any, faults: Counter[str]) -> None:
 
 
 async def _consume(engine: AsyncEngine, prompt: Prompt, n: int, companions: int, abort_mode: str, abort_at: int,
-                   faults: Counter[str], report: DemoReport | None = None) -> None:  # fmt: skip
+                   faults: Counter[str], report: DemoReport | None = None,
+                   request_id: str | None = None) -> None:  # fmt: skip
     count = 0
-    async with contextlib.aclosing(engine.generate(prompt, n, companions)) as stream:
+    async with contextlib.aclosing(engine.generate(prompt, n, companions, request_id=request_id)) as stream:
         async for message in stream:
             count += 1
             if report is not None and message.finished and message.text and len(report.samples) < 3:

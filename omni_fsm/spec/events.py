@@ -64,6 +64,10 @@ class Submit(RequestEvent):
     ORIGIN: ClassVar[Origin] = CLIENT
     n: int = 1
     companions: int = 0
+    #: the client's own id for the request (as vLLM's ``request_id``; ``None``: none given). Nothing in the lifecycle
+    #: reads it: a trace carries it so that two runs of one workload pair their requests by it (ORCH-INV-303),
+    #: whatever order each run submitted them in. Keyword only: the fields above stay positional.
+    request_id: str | None = attrs.field(default=None, kw_only=True)
 
 
 @attrs.frozen

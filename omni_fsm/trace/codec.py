@@ -23,9 +23,9 @@ from omni_fsm.spec import events as ev
 from omni_fsm.spec import observations as ob
 from omni_fsm.spec.vocabulary import StageKind
 
-FORMAT_VERSION = 2
-#: Every version this reader reads (a version-1 trace reads with the fields version 2 added at their defaults).
-READS_VERSIONS = (1, 2)
+FORMAT_VERSION = 3
+#: Every version this reader reads (an older trace reads with the fields later versions added at their defaults).
+READS_VERSIONS = (1, 2, 3)
 VERSION_KEY = "omni_fsm_trace"
 END_KEY = "end"
 Item = ev.Event | ob.Observation
@@ -84,8 +84,17 @@ ADDED_IN_2: dict[type, frozenset[str]] = {
     **{cls: frozenset({"replica"}) for cls in (*ev.STAGE_REPORTS, ob.Dispatched)},
     **{cls: frozenset({"call_id", "parent"}) for cls in (ev.Abort, ob.AbortRequested, ob.AbortAnswered)},
 }
+#: The fields version 3 added: the client's own request id on ``Submit`` (what pairs two runs' requests).
+ADDED_IN_3: dict[type, frozenset[str]] = {ev.Submit: frozenset({"request_id"})}
+#: version -> the fields added in each later version, by class: an object of that version has none of them
+_NOT_YET: dict[int, dict[type, frozenset[str]]] = {
+    1: {cls: ADDED_IN_2.get(cls, frozenset()) | ADDED_IN_3.get(cls, frozenset()) for cls in {*ADDED_IN_2, *ADDED_IN_3}},
+    2: ADDED_IN_3,
+    3: {},
+}
 #: The identities (``omni_fsm.invariants.judge.JUDGED_LESS_WITHOUT``) each version's traces do not carry.
-NOT_CARRIED: dict[int, frozenset[str]] = {1: frozenset({"abort_caller", "replica"}), 2: frozenset()}
+NOT_CARRIED: dict[int, frozenset[str]] = {1: frozenset({"abort_caller", "replica"}), 2: frozenset(),
+                                          3: frozenset()}
 #: Integer fields that name a stage of the pipeline.
 _STAGE_FIELDS = frozenset({"stage", "src", "dst"})
 
@@ -197,7 +206,8 @@ def decode(obj: dict[str, Any], stages: int, version: int = FORMAT_VERSION) -> I
     """Return the event or observation of one trace object; raise ``ValueError`` naming what is wrong.
 
     ``stages`` is the pipeline's length (stage indexes must name one of its stages); ``version`` the trace's
-    (a version-1 object has none of the fields of ``ADDED_IN_2``: they take their defaults).
+    (an older object has none of the fields later versions added, ``ADDED_IN_2`` and ``ADDED_IN_3``: they take
+    their defaults).
     """
     try:
         return _decode(obj, stages, version)
@@ -225,8 +235,9 @@ def _decode(obj: dict[str, Any], stages: int, version: int) -> Item:
         kind = "input event" if key == "in" else "observation"
         raise BadValue(f"unknown {kind} {json.dumps(name)[:40]}")
     fields = _FIELDS[cls]
-    if version == 1 and cls in ADDED_IN_2:
-        fields = tuple(f for f in fields if f.name not in ADDED_IN_2[cls])
+    later = _NOT_YET[version].get(cls)
+    if later:
+        fields = tuple(f for f in fields if f.name not in later)
     extra = sorted(set(obj) - {key} - {f.name for f in fields})
     if extra:
         raise BadValue(f"{name}: unexpected field {extra[0]!r}")
@@ -281,7 +292,7 @@ def parse_header(obj: Any) -> TraceHeader:
         raise ValueError(f"line 1 must be {HEADER_SHAPE}")
     version = obj[VERSION_KEY]
     if type(version) is not int or version not in READS_VERSIONS:
-        reads = " and ".join(map(str, READS_VERSIONS))
+        reads = ", ".join(map(str, READS_VERSIONS[:-1])) + f" and {READS_VERSIONS[-1]}"
         raise ValueError(f"unsupported trace version {json.dumps(version)[:40]} (this reader reads {reads})")
     if set(obj) - {"loop"} != {VERSION_KEY, "stages", "capacity"}:
         raise ValueError(f"expected exactly the keys of {HEADER_SHAPE}")

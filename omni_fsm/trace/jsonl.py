@@ -1,6 +1,6 @@
-"""The trace format, version 2 (version 1 still reads): an observed lifecycle history as JSON lines.
+"""The trace format, version 3 (versions 1 and 2 still read): an observed lifecycle history as JSON lines.
 
-Line 1 is the header ``{"omni_fsm_trace": 2, "stages": [{"kind": "ar", "final": true}, ...],
+Line 1 is the header ``{"omni_fsm_trace": 3, "stages": [{"kind": "ar", "final": true}, ...],
 "capacity": 2}``. Every later line is one object: an input event ``{"in": "stage_output", ...}``
 (what a client or a runtime did; internal events never appear), an observation
 ``{"out": "emitted", ...}`` (what the engine produced), or the last line ``{"end": true}`` (the

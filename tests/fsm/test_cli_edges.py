@@ -339,5 +339,5 @@ def test_cli_docstring_says_what_the_parser_imports() -> None:
 def test_trace_header_in_fixture_is_what_the_writer_writes(tmp_path: Path) -> None:
     path = tmp_path / "t.jsonl"
     write_trace(path, KINDS, FINAL, 1, [])
-    written = HEADER.replace('"omni_fsm_trace":1', '"omni_fsm_trace":2')  # the fixture's lines are version 1's
+    written = HEADER.replace('"omni_fsm_trace":1', '"omni_fsm_trace":3')  # the fixture's lines are version 1's
     assert path.read_text() == written + json.dumps({"end": True}, separators=(",", ":")) + "\n"

@@ -68,3 +68,46 @@ def test_an_answer_to_another_call_of_the_same_request_is_a_difference():
     twice = [(ev.Abort(0, call_id=1), []), (ev.Abort(0, call_id=2), [first, first])]
     problems = same_client_streams(in_order, twice)
     assert len(problems) == 1 and problems[0].startswith("ORCH-INV-303: request 0 abort answers, message 1: ")
+
+
+# -- a request's identity across runs: the client's own request id (trace version 3) -----------------------------
+
+
+def _run(order: list[tuple[str | None, int]], last: int = 2) -> list:
+    """A history that submits each ``(request_id, tokens)`` in ``order`` (engine ids 0, 4, ... in that order) and
+    ends each with a terminal carrying its tokens."""
+    steps: list = []
+    for k, (name, tokens) in enumerate(order):
+        rid = 4 * k
+        steps.append((ev.Submit(rid, request_id=name), [ob.Submitted(rid)]))
+        steps.append((ev.StageFinished(rid, 0), [ob.Emitted(rid, 0, 0, tokens, finished=True)]))
+    return steps
+
+
+def test_named_requests_pair_across_runs_that_submit_them_in_another_order():
+    """ORCH-INV-303 over concurrent clients: the run that submitted "b" first gave it the engine id 0; paired by the
+    client's own ids, the two runs show every request the same messages."""
+    one, other = _run([("a", 1), ("b", 2)]), _run([("b", 2), ("a", 1)])
+    assert same_client_streams(one, other) == []
+    assert set(client_streams(one)) == {("a", -1), ("b", -1)}
+
+
+def test_without_the_client_s_ids_the_same_runs_pair_by_engine_id_and_differ():
+    """What the fact buys: paired by the engine's ids (all a trace carried before version 3), the same two runs
+    compare request "a" with request "b"."""
+    one, other = _run([(None, 1), (None, 2)]), _run([(None, 2), (None, 1)])
+    problems = same_client_streams(one, other)
+    assert len(problems) == 2 and problems[0].startswith("ORCH-INV-303: request 0, message 0: ")
+
+
+def test_a_named_request_that_saw_other_messages_is_reported_by_its_name():
+    one, other = _run([("a", 1), ("b", 2)]), _run([("b", 2), ("a", 3)])
+    problems = same_client_streams(one, other)
+    assert len(problems) == 1 and problems[0].startswith("ORCH-INV-303: request 'a', message 0: ")
+
+
+def test_a_parent_s_answer_for_its_dependent_reaches_no_client_stream():
+    """Answers owed to a parent (its abort of a child) are internal: runs that number the child apart still agree."""
+    one = [(ev.Abort(0, call_id=1), [ob.AbortAnswered(1, True, parent=0), ob.AbortAnswered(0, True, call_id=1)])]
+    other = [(ev.Abort(0, call_id=1), [ob.AbortAnswered(0, True, call_id=1)])]
+    assert same_client_streams(one, other) == []

@@ -215,27 +215,32 @@ def test_judging_a_version_1_trace_as_if_it_carried_the_callers_would_flag_false
     pytest.param(1, {"out": "dispatched", "rid": 1, "stage": 0, "replica": 0}, "unexpected field", id="v1_replica"),
     pytest.param(2, {"out": "dispatched", "rid": 1, "stage": 0}, "missing field 'replica'", id="v2_without_replica"),
     pytest.param(2, {"in": "abort", "rid": 1, "call_id": 3, "parent": -1}, "below 0", id="v2_parent_minus_one"),
+    pytest.param(2, {"in": "submit", "rid": 5, "n": 1, "companions": 0, "request_id": "a"}, "unexpected field",
+                 id="v2_request_id"),
+    pytest.param(3, {"in": "submit", "rid": 5, "n": 1, "companions": 0, "request_id": 7}, "expected a string",
+                 id="v3_request_id_not_a_string"),
 ])  # fmt: skip
 def test_each_version_reads_only_its_own_fields(tmp_path: Path, version: int, line: dict[str, object],
                                                  problem: str) -> None:
     header = {"omni_fsm_trace": version, "stages": [{"kind": "ar", "final": True}], "capacity": 1}
-    submit = [{"in": "submit", "rid": 1, "n": 1, "companions": 0}]
+    submit = [{"in": "submit", "rid": 1, "n": 1, "companions": 0, **({"request_id": None} if version >= 3 else {})}]
     path = tmp_path / "t.jsonl"
     path.write_text("".join(json.dumps(o) + "\n" for o in (header, *submit, line)))
     with pytest.raises(MalformedInput, match=problem), read_trace(path) as reader:
         list(reader)
 
 
-def test_a_trace_written_now_is_version_2_and_carries_the_new_fields(tmp_path: Path) -> None:
+def test_a_trace_written_now_is_version_3_and_carries_the_new_fields(tmp_path: Path) -> None:
     from omni_fsm.trace import write_trace
 
     kinds, final = (StageKind.AR,), (True,)
     lc = Lifecycle(kinds, final)
-    events = [ev.Submit(1), ev.Abort(1, call_id=7), ev.AbortDone(1, 0)]
+    events = [ev.Submit(1, request_id="mine"), ev.Abort(1, call_id=7), ev.AbortDone(1, 0)]
     path = tmp_path / "t.jsonl"
     write_trace(path, kinds, final, 1, [(e, lc.handle(e)) for e in events])
     lines = [json.loads(line) for line in path.read_text().splitlines()]
-    assert lines[0]["omni_fsm_trace"] == 2
+    assert lines[0]["omni_fsm_trace"] == 3
+    assert {"in": "submit", "rid": 1, "n": 1, "companions": 0, "request_id": "mine"} in lines
     assert {"in": "abort", "rid": 1, "call_id": 7, "parent": None} in lines
     assert {"out": "abort_answered", "rid": 1, "ok": True, "call_id": 7, "parent": None} in lines
     assert check_trace(str(path)).findings == []

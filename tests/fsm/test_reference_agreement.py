@@ -66,6 +66,7 @@ EVENT_FIELDS: dict[str, st.SearchStrategy[Any]] = {
     "error": st.just("worker error"),
     "replica": st.integers(0, 1),
     "parent": st.none(),  # an ``Abort``: the client's call (a parent's own is its fan-out, internal)
+    "request_id": st.none() | st.sampled_from(("a", "b")),
     "stage": st.integers(0, 2),
 }
 RECORD_FIELDS = st.fixed_dictionaries({

@@ -159,7 +159,8 @@ def test_allow_incomplete_changes_nothing_for_a_complete_trace(tmp_path: Path,
 
 
 @pytest.mark.parametrize(("body", "line", "reason"), [
-    ('{"in":"submit","rid":1,"n":1,"companions":0}\n{"in":"warp","rid":1}\n', 3, 'unknown input event "warp"'),
+    ('{"in":"submit","rid":1,"n":1,"companions":0,"request_id":null}\n{"in":"warp","rid":1}\n', 3,
+     'unknown input event "warp"'),
     ('{"in":"scheduled","rid":1,"stage":7}\n', 2, "scheduled.stage: 7 is not a stage of the 3-stage pipeline"),
     ('{"end":true}\n{"in":"shutdown"}\n', 3, "a line after the end marker"),
 ])  # fmt: skip
@@ -171,9 +172,9 @@ def test_malformed_input_exits_2_with_file_line_reason(tmp_path: Path, capsys: p
 
 
 def test_unsupported_version_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    path = tmp_path / "v3.jsonl"
-    path.write_text('{"omni_fsm_trace": 3, "stages": [], "capacity": 1, "new": true}\n')
-    assert run(capsys, str(path)) == (2, "", f"{path}:1: unsupported trace version 3 (this reader reads 1 and 2)\n")
+    path = tmp_path / "v4.jsonl"
+    path.write_text('{"omni_fsm_trace": 4, "stages": [], "capacity": 1, "new": true}\n')
+    assert run(capsys, str(path)) == (2, "", f"{path}:1: unsupported trace version 4 (this reader reads 1, 2 and 3)\n")
 
 
 def test_missing_file_and_directory_exit_2_at_line_0(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

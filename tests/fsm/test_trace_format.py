@@ -222,7 +222,7 @@ def _header(**change: Any) -> str:
 MALFORMED: list[tuple[str, str, int, str]] = [
     ("not an object", "[1]", 1, "line 1 must be the header"),
     ("no version", json.dumps({"stages": [], "capacity": 1}), 1, "must be the header"),
-    ("unknown version", _header(omni_fsm_trace=3), 1, "unsupported trace version 3"),
+    ("unknown version", _header(omni_fsm_trace=4), 1, "unsupported trace version 4"),
     ("boolean version", _header(omni_fsm_trace=True), 1, "unsupported trace version true"),
     ("extra header key", _header(extra=1), 1, "exactly the keys"),
     ("zero capacity", _header(capacity=0), 1, "capacity"),

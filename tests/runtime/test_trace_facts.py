@@ -24,8 +24,10 @@ def test_an_orchestrated_trace_names_replicas_and_abort_calls_and_checks_clean(t
     subprocess.run([sys.executable, "-m", "omni_runtime.cli", str(ROOT / "examples" / "pipeline.toml"),
                     "--requests", "60", "--trace", str(trace)], check=True, capture_output=True, cwd=ROOT)  # fmt: skip
     with read_trace(trace) as reader:
-        assert reader.header.version == 2
+        assert reader.header.version == 3
         steps = list(reader)
+    named = {s.event.rid: s.event.request_id for s in steps if isinstance(s.event, ev.Submit)}
+    assert len(named) == 60 and set(named.values()) == {f"request-{i}" for i in range(60)}  # the workload's names
     bound: dict[int, int] = {}
     replicas, calls, answered = set(), set(), set()
     for step in steps:
