@@ -10,7 +10,7 @@ tests each flag. A program runs it straight through: ``spec/selection.py``'s tes
 returns a row, that row's program: the target state, each effect's body inlined (or, for a body that cannot
 be, the effect called), only the slot moves and terminal effects the row has. On
 ``bench/handle_instructions.py``'s mix (callgrind) that took a ``handle`` from 18,844 instructions to about
-15,300, and ``bench/fsm_step.py``'s ratio past 10.
+14,800 (14,201 by ``bench/handle_instructions.py`` itself), and ``bench/fsm_step.py``'s ratio from 8 to 11.
 
 An effect is inlined when its body (``spec/effects.py``) has no scope or control flow of its own (no
 ``return``, no comprehension, no nested function), assigns none of its parameters and names only public
