@@ -70,3 +70,19 @@ def test_a_disagreement_is_raised_not_timed(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setattr(bench, "observe", skewed)
     with pytest.raises(AssertionError, match="reference observed"):
         bench.check_same_work(mix)
+
+
+def test_the_three_paths_run_what_they_are_named_for() -> None:
+    """Compiled: the generated row programs; generic: closures, each row's plan run the generic way; reference: the
+    ``transitions`` tables, run the generic way too."""
+    from omni_fsm import ReqState
+    from omni_fsm import events as ev
+    from omni_fsm.spec import programs
+
+    bench = load_bench()
+    running = programs.INDEX[ev.StageOutput][ReqState.RUNNING]
+    fires = {path: bench.fresh_core(path)._firing[ev.StageOutput][ReqState.RUNNING] for path in bench.PATHS}
+    assert fires["compiled"] is running
+    assert all(fires[p] is not running and fires[p].__qualname__.startswith("_generic") for p in ("generic",
+                                                                                                  "reference"))
+    assert bench.fresh_core("generic").table is bench.CLOSURES
