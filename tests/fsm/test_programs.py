@@ -4,9 +4,7 @@ does: the same observations, states, slots and counters, event by event."""
 
 from __future__ import annotations
 
-import importlib.util
 import traceback
-from pathlib import Path
 from typing import Any
 
 import attrs
@@ -25,6 +23,7 @@ from omni_fsm.spec import programs
 from omni_fsm.spec.effects import Effect
 from omni_fsm.spec.vocabulary import HOLDS_SLOT
 
+from .test_bench_smoke import load_bench
 from .test_reference_agreement import SEQUENCE_SETTINGS, SHAPES, core_events, handle
 
 CLOSURES = CompiledTable(SPEC.rows, closures=True)
@@ -84,18 +83,9 @@ def test_programs_and_the_generic_way_observe_the_same(
     assert slow.counters.as_dict() == fast.counters.as_dict()
 
 
-def _bench_mix() -> Any:
-    path = Path(__file__).resolve().parents[2] / "bench" / "handle_instructions.py"
-    spec = importlib.util.spec_from_file_location("handle_instructions_for_programs", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_programs_and_the_generic_way_observe_the_same_on_the_bench_mix() -> None:
     """Thousands of events of every kind the benchmark times: aborts, samples, companions, three stages."""
-    bench = _bench_mix()
+    bench = load_bench().MIX  # bench/handle_instructions.py, as bench/fsm_step.py loads it
     mix = bench.record_mix(120)
     kinds = [StageKind.AR if k == "ar" else StageKind.DIFFUSION for k in bench.KINDS]
     fast, slow = Lifecycle(kinds, bench.FINAL), generic(kinds, bench.FINAL)
@@ -112,13 +102,9 @@ def test_an_error_inside_a_program_names_its_file_and_line() -> None:
     lc = Lifecycle(["ar"], [True])
     lc.handle(ev.Submit(0))
     lc.handle(ev.Scheduled(0, 0))
-    try:
+    with pytest.raises(TypeError) as raised:
         lc.handle(ev.StageOutput(0, 0, tokens="three"))  # type: ignore[arg-type]  # += on an int fails in the program
-    except TypeError:
-        frames = traceback.extract_tb(__import__("sys").exc_info()[2])
-    else:  # pragma: no cover - the program must fail
-        raise AssertionError("no TypeError")
-    last = frames[-1]
+    last = traceback.extract_tb(raised.tb)[-1]
     assert last.filename == programs.__file__ and last.line and "record.tokens += event.tokens" in last.line
 
 
