@@ -23,7 +23,7 @@ from omni_runtime.pipeline import Pipeline, StageSpec
 from omni_runtime.protocol import RuntimeFactory, StageRuntime
 from omni_runtime.runtimes.diffusers._denoise import Denoiser, Sample
 from omni_runtime.runtimes.diffusers._request import ImageRequest, RequestDefaults, image_request, words_of
-from omni_runtime.runtimes.diffusers.runtime import DiffusersRuntime
+from omni_runtime.runtimes.diffusers.runtime import BATCHING, STEP, DiffusersRuntime
 from omni_runtime.runtimes.diffusers.tiny import WORDS, build_tiny_components
 
 
@@ -32,7 +32,9 @@ class DiffusersOptions:
     """How a diffusers stage is built. ``model``: a local pipeline directory (``None``: the tiny pipeline, its
     weights from ``seed``); ``device``: ``None`` picks CUDA when present; ``guidance_scale``: a request's default;
     ``max_batch``: samples denoised together at most (``None``: the stage's ``max_running``); ``words``: the
-    vocabulary an AR stage's token ids are read in; ``seed`` is also what requests without a seed draw theirs from."""
+    vocabulary an AR stage's token ids are read in; ``seed`` is also what requests without a seed draw theirs from;
+    ``batching``: ``step`` (requests join the running batch between denoising steps) or ``request`` (a batch runs to
+    its end before the waiting requests start: the request-level baseline)."""
 
     model: str | None = None
     seed: int = 0
@@ -40,6 +42,7 @@ class DiffusersOptions:
     guidance_scale: float = 7.5
     max_batch: int | None = None
     words: tuple[str, ...] = WORDS
+    batching: str = attrs.field(default=STEP, validator=attrs.validators.in_(BATCHING))
 
 
 def torch_threads(threads: int | None = None) -> int:
@@ -113,7 +116,7 @@ def diffusers_factory(options: DiffusersOptions | None = None) -> RuntimeFactory
         denoiser = shared_denoiser(opts.model, opts.seed, opts.device or default_device())
         height, width = denoiser.native_size
         defaults = RequestDefaults(opts.guidance_scale, spec.steps, height, width, opts.words, opts.seed)
-        return DiffusersRuntime(spec, denoiser, defaults, opts.max_batch, rpc_fails)
+        return DiffusersRuntime(spec, denoiser, defaults, opts.max_batch, rpc_fails, opts.batching)
 
     return factory
 

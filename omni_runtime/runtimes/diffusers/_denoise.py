@@ -26,29 +26,32 @@ from diffusers import DDIMScheduler
 from diffusers.loaders import TextualInversionLoaderMixin
 from diffusers.utils.torch_utils import randn_tensor
 
+from omni_runtime.runtimes.diffusers._batch import RunningBatch, Schedules, to_device
+from omni_runtime.runtimes.diffusers._graphs import UNetGraphs
 from omni_runtime.runtimes.diffusers._request import ImageRequest
 
 
 class Sample:
-    """One request's image being denoised: its latents after ``index`` of its scheduler's steps."""
+    """One request's image being denoised: its latents after ``index`` of its scheduler's steps (its own tensor
+    until it joins a running batch, a row of the batch's from then on: ``batch``)."""
 
-    __slots__ = ("cfg", "embeds", "extra", "generator", "index", "latents", "request", "scheduler")
+    __slots__ = ("batch", "cfg", "embeds", "extra", "generator", "index", "latents", "offset", "request", "scheduler",
+                 "shape", "steps")  # fmt: skip
 
     def __init__(self, request: ImageRequest, scheduler: Any, latents: Any, embeds: Any, cfg: bool,
-                 generator: Any, extra: dict[str, Any]) -> None:  # fmt: skip
+                 generator: Any, extra: dict[str, Any], offset: int | None = None) -> None:  # fmt: skip
         self.request, self.scheduler, self.latents, self.embeds = request, scheduler, latents, embeds
         self.cfg, self.generator, self.extra = cfg, generator, extra
+        self.offset = offset  #: its schedule's first row in the shared DDIM table; ``None``: it steps alone
         self.index = 0
+        self.steps = len(scheduler.timesteps)
+        self.shape: tuple[int, ...] = tuple(latents.shape)  #: its latents' shape (samples of one shape share a call)
+        self.batch: RunningBatch | None = None
 
     @property
     def done(self) -> bool:
         """Return whether every step of its schedule ran."""
-        return self.index >= len(self.scheduler.timesteps)
-
-    @property
-    def shape(self) -> tuple[int, ...]:
-        """Return its latents' shape (samples of one shape share a UNet call)."""
-        return tuple(self.latents.shape)
+        return self.index >= self.steps
 
     @property
     def rows(self) -> int:
@@ -57,13 +60,19 @@ class Sample:
 
 
 class Denoiser:
-    """A pipeline's components on ``device``, driven step by step (see the module's docstring)."""
+    """A pipeline's components on ``device``, driven step by step (see the module's docstring); ``cuda_graphs``:
+    replay the UNet call from CUDA graphs on CUDA (``_graphs``)."""
 
-    def __init__(self, pipe: Any, device: str, rebuild: Callable[[], Any] | None = None) -> None:
+    def __init__(self, pipe: Any, device: str, rebuild: Callable[[], Any] | None = None,
+                 cuda_graphs: bool = True) -> None:  # fmt: skip
         self.pipe, self.device, self.rebuild = pipe, torch.device(device), rebuild
         if pipe.unet.config.time_cond_proj_dim is not None:
             raise ValueError("a UNet conditioned on the guidance scale (time_cond_proj_dim) is not supported")
         self._templates: dict[int, Any] = {}  #: steps -> the pipeline's scheduler after set_timesteps(steps)
+        self._offsets: dict[int, int] = {}  #: steps -> its shared DDIM schedule's first row in ``_schedules``
+        self._schedules = Schedules(self.device)
+        self._batches: dict[tuple[int, tuple[int, ...]], RunningBatch] = {}  #: (owner id, shape) -> its batch
+        self._graphs = UNetGraphs(pipe.unet) if cuda_graphs and self.device.type == "cuda" else None
         self._users: weakref.WeakSet[Any] = weakref.WeakSet()  #: the replicas running on these weights
         #: those of them asleep, each with the level it asked for
         self._asleep: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
@@ -79,7 +88,8 @@ class Denoiser:
     def start_many(self, requests: Sequence[ImageRequest]) -> list[Sample | Exception]:
         """Return each request's sample before its first step (as ``start``), or the exception that stopped it; the
         prompts and negative prompts of two or more requests are encoded in one text-encoder call (if that call
-        raises, each request is encoded alone, so a request the pipeline cannot start fails alone)."""
+        raises, each request is encoded alone, so a request the pipeline cannot start fails alone), and their
+        initial noise goes to the device in one copy."""
         encoded: list[Any] | None = None
         if len(requests) > 1:
             try:
@@ -89,9 +99,10 @@ class Denoiser:
         results: list[Sample | Exception] = []
         for i, request in enumerate(requests):
             try:
-                results.append(self.start(request, None if encoded is None else encoded[i]))
+                results.append(self._begin(request, None if encoded is None else encoded[i]))
             except Exception as exc:
                 results.append(exc)
+        self._place_noise([sample for sample in results if isinstance(sample, Sample)])
         return results
 
     @torch.no_grad()
@@ -99,66 +110,100 @@ class Denoiser:
         """Return the request's sample before its first step: prompt embeddings (``embeds`` when given: the
         unconditional row then the conditional one under CFG, else the conditional one; else ``encode_prompt`` of
         the request alone), scheduler, initial noise."""
+        sample = self._begin(request, embeds)
+        self._place_noise([sample])
+        return sample
+
+    @torch.no_grad()
+    def prepare(self, height: int, width: int, max_batch: int) -> int:
+        """Capture the UNet's CUDA graphs for up to ``max_batch`` samples under CFG of ``height`` x ``width`` images
+        (``_graphs``: the launch-bound buckets), as a server does before it serves; return the graphs kept (0 off
+        CUDA or with graphs off)."""
+        if self._graphs is None:
+            return 0
+        factor, config = self.pipe.vae_scale_factor, self.pipe.unet.config
+        latents = torch.zeros(1, config.in_channels, height // factor, width // factor, device=self.device)
+        embeds = torch.zeros(1, self.pipe.tokenizer.model_max_length, config.cross_attention_dim, device=self.device,
+                             dtype=self.pipe.text_encoder.dtype)  # fmt: skip
+        timesteps = torch.zeros(1, dtype=torch.long, device=self.device)
+        return self._graphs.prepare(latents.to(embeds.dtype), timesteps, embeds, 2 * max_batch)
+
+    def _begin(self, request: ImageRequest, embeds: Any) -> Sample:
+        """Return the request's sample with its initial noise drawn on the CPU (``_place_noise`` moves it)."""
         pipe = self.pipe
         cfg = request.guidance_scale > 1  # the stock pipeline's do_classifier_free_guidance
         if embeds is None:
             positive, negative = pipe.encode_prompt(request.prompt, self.device, 1, cfg, request.negative_prompt)
             embeds = torch.cat([negative, positive]) if cfg else positive
         template = self._template(request.steps)
-        scheduler = template if self._stateless(template) else copy.deepcopy(template)
+        shared = self._stateless(template)
+        scheduler = template if shared else copy.deepcopy(template)
         generator = torch.Generator("cpu").manual_seed(request.seed)  # on any device: the same image for a seed
         factor = pipe.vae_scale_factor
         shape = (1, pipe.unet.config.in_channels, request.height // factor, request.width // factor)
-        latents = randn_tensor(shape, generator=generator, device=self.device, dtype=embeds.dtype)
-        latents = latents * scheduler.init_noise_sigma
-        return Sample(request, scheduler, latents, embeds, cfg, generator,
-                      pipe.prepare_extra_step_kwargs(generator, 0.0))  # fmt: skip
+        # randn_tensor draws on the CPU for a CPU generator, then moves the noise: the same numbers
+        noise = randn_tensor(shape, generator=generator, device=torch.device("cpu"), dtype=embeds.dtype)
+        extra = {} if shared else pipe.prepare_extra_step_kwargs(generator, 0.0)  # a shared DDIM step takes eta 0
+        offset = None
+        if shared:
+            offset = self._offsets.get(request.steps)
+            if offset is None:
+                offset = self._offsets[request.steps] = self._schedules.add(template)
+        return Sample(request, scheduler, noise, embeds, cfg, generator, extra, offset)
+
+    def _place_noise(self, samples: Sequence[Sample]) -> None:
+        """Move the samples' initial noise to the device, one copy per shape and schedule, scaled by the scheduler's
+        ``init_noise_sigma`` as the stock pipeline scales its batch."""
+        groups: dict[tuple[Any, ...], list[Sample]] = {}
+        for sample in samples:
+            groups.setdefault((sample.shape, sample.steps), []).append(sample)
+        for group in groups.values():
+            noise = to_device(torch.cat([sample.latents for sample in group]), self.device)
+            noise = noise * group[0].scheduler.init_noise_sigma
+            for i, sample in enumerate(group):
+                sample.latents = noise[i:i + 1]
 
     @torch.no_grad()
-    def step(self, samples: Sequence[Sample]) -> None:
-        """Run one denoising step of every sample in ``samples`` (the same latent shape) with one UNet call."""
-        inputs, timesteps = [], []
+    def step(self, samples: Sequence[Sample], owner: Any = None) -> None:
+        """Run one denoising step of every sample in ``samples`` (the same latent shape) with one UNet call; the
+        samples stay rows of ``owner``'s running batch of that shape (they join and leave it between steps)."""
+        if not samples:
+            return
+        key = (id(owner), samples[0].shape)
+        batch = self._batches.get(key)
+        if batch is None:
+            batch = self._batches[key] = RunningBatch(self.device, self._schedules)
+        batch.align(samples)
+        latents, timesteps = batch.unet_inputs() if batch.shared else batch.unet_inputs_each()
+        pred = batch.guide(self._unet(latents, timesteps, batch.embeds))
+        if batch.shared:
+            batch.step_shared(pred)
+        else:
+            batch.step_each(pred)
         for sample in samples:
-            t = sample.scheduler.timesteps[sample.index]
-            x = torch.cat([sample.latents] * 2) if sample.cfg else sample.latents
-            inputs.append(sample.scheduler.scale_model_input(x, t))
-            timesteps.append(t.reshape(1).expand(sample.rows))
-        embeds = torch.cat([s.embeds for s in samples])
-        noise = self.pipe.unet(torch.cat(inputs), torch.cat(timesteps).to(self.device),
-                               encoder_hidden_states=embeds, return_dict=False)[0]  # fmt: skip
-        row = 0
-        together: dict[tuple[int, int], list[tuple[Sample, Any]]] = {}  # (schedule, timestep) -> (sample, pred)
-        for sample in samples:
-            pred = noise[row:row + sample.rows]
-            row += sample.rows
-            if sample.cfg:
-                uncond, cond = pred.chunk(2)
-                pred = uncond + sample.request.guidance_scale * (cond - uncond)
-            t = sample.scheduler.timesteps[sample.index]
-            if self._stateless(sample.scheduler) and sample.extra.get("eta", 0.0) == 0:
-                together.setdefault((id(sample.scheduler), int(t)), []).append((sample, pred))
-                continue
-            sample.latents = sample.scheduler.step(pred, t, sample.latents, **sample.extra, return_dict=False)[0]
             sample.index += 1
-        for group in together.values():  # one DDIM step per timestep of a schedule: elementwise, the same bits
-            scheduler = group[0][0].scheduler
-            t = scheduler.timesteps[group[0][0].index]
-            latents = torch.cat([sample.latents for sample, _ in group])
-            preds = torch.cat([pred for _, pred in group])
-            stepped = scheduler.step(preds, t, latents, eta=0.0, return_dict=False)[0]
-            for i, (sample, _) in enumerate(group):
-                sample.latents = stepped[i:i + 1]
-                sample.index += 1
+
+    def _unet(self, latents: Any, timesteps: Any, embeds: Any) -> Any:
+        """Return the UNet's noise prediction for its rows (replayed from a CUDA graph where one is kept)."""
+        if self._graphs is not None:
+            return self._graphs(latents, timesteps, embeds)
+        return self.pipe.unet(latents, timesteps, encoder_hidden_states=embeds, return_dict=False)[0]
 
     @torch.no_grad()
     def decode(self, samples: Sequence[Sample]) -> list[Any]:
         """Return the images of ``samples`` (the same latent shape; one VAE call), as the stock pipeline's
         ``output_type="np"``: float32 arrays (height, width, 3) in [0, 1]."""
         pipe = self.pipe
-        latents = torch.cat([s.latents for s in samples])
+        latents = self._latents_of(samples)
         images = pipe.vae.decode(latents / pipe.vae.config.scaling_factor, return_dict=False)[0]
         arrays = pipe.image_processor.postprocess(images, output_type="np", do_denormalize=[True] * len(samples))
         return list(arrays)
+
+    def _latents_of(self, samples: Sequence[Sample]) -> Any:
+        batch = samples[0].batch
+        if batch is not None and all(s.batch is batch for s in samples):
+            return batch.latents_of(samples)
+        return torch.cat([s.latents if s.batch is None else s.batch.latents_of([s]) for s in samples])
 
     def join(self, user: Any) -> None:
         """Count ``user`` (a replica) among those running on these weights (until it leaves or is collected); an
@@ -170,6 +215,8 @@ class Denoiser:
         """Forget ``user`` (shut down); its sleep no longer counts (the weights come back if a user is awake)."""
         self._asleep.pop(user, None)
         self._users.discard(user)
+        for key in [key for key in self._batches if key[0] == id(user)]:
+            del self._batches[key]
         if not self._all_asleep():
             self._restore()
 
@@ -191,9 +238,11 @@ class Denoiser:
                 for module in self._modules():
                     module.to("meta")  # the tensors' storage is released; configs and module structure stay
                 self.weights = "discarded"
+                self._forget_graphs()
         elif self.device.type != "cpu" and self.weights == "loaded":
             self.pipe.to("cpu")
             self.weights = "offloaded"
+            self._forget_graphs()
 
     def wake(self, user: Any) -> None:
         """Mark ``user`` awake; the weights come back if they were freed (to the accelerator from the host; rebuilt
@@ -225,6 +274,12 @@ class Denoiser:
             for name in ("unet", "vae", "text_encoder"):
                 setattr(self.pipe, name, getattr(fresh, name).to(self.device))
         self.weights = "loaded"
+        self._forget_graphs()
+
+    def _forget_graphs(self) -> None:
+        """Drop the UNet's CUDA graphs: they read the weights where they were when captured, which a move frees."""
+        if self._graphs is not None:
+            self._graphs = UNetGraphs(self.pipe.unet)
 
     def _encode_together(self, requests: Sequence[ImageRequest]) -> list[Any]:
         """Return each request's prompt embeddings (as ``start`` takes them) from one text-encoder call over every
@@ -244,16 +299,24 @@ class Denoiser:
         inputs = pipe.tokenizer(prompts, padding="max_length", max_length=pipe.tokenizer.model_max_length,
                                 truncation=True, return_tensors="pt")  # fmt: skip
         config = pipe.text_encoder.config
-        mask = inputs.attention_mask.to(self.device) if getattr(config, "use_attention_mask", False) else None
-        rows = pipe.text_encoder(inputs.input_ids.to(self.device), attention_mask=mask)[0]
+        mask = to_device(inputs.attention_mask, self.device) if getattr(config, "use_attention_mask", False) else None
+        rows = pipe.text_encoder(to_device(inputs.input_ids, self.device), attention_mask=mask)[0]
         rows = rows.to(dtype=pipe.text_encoder.dtype, device=self.device)
-        return [torch.cat([rows[i:i + 1] for i in pair]) for pair in wanted]
+        flat = to_device(torch.tensor([i for pair in wanted for i in pair], dtype=torch.long), self.device)
+        picked = rows.index_select(0, flat)  # every request's rows, in order, in one gather
+        starts = [0]
+        for pair in wanted:
+            starts.append(starts[-1] + len(pair))
+        return [picked[starts[i]:starts[i + 1]] for i in range(len(wanted))]
 
     @staticmethod
     def _stateless(scheduler: Any) -> bool:
-        """Return whether ``scheduler``'s ``step`` and ``scale_model_input`` keep no state and its ``step`` is
-        elementwise (a ``DDIMScheduler`` without thresholding): samples may share it and step together."""
-        return type(scheduler) is DDIMScheduler and not scheduler.config.thresholding
+        """Return whether ``scheduler``'s ``step`` and ``scale_model_input`` keep no state and its ``step`` is the
+        arithmetic ``RunningBatch.step_shared`` does (a ``DDIMScheduler`` predicting epsilon, without thresholding or
+        clipping): samples may share it and step together."""
+        config = scheduler.config
+        return (type(scheduler) is DDIMScheduler and config.prediction_type == "epsilon" and not config.thresholding
+                and not config.clip_sample)  # fmt: skip
 
     def _template(self, steps: int) -> Any:
         template = self._templates.get(steps)

@@ -29,6 +29,12 @@ from omni_runtime.pipeline import StageSpec
 from omni_runtime.runtimes.diffusers._denoise import Denoiser, Sample
 from omni_runtime.runtimes.diffusers._request import ImageRequest, RequestDefaults, image_request
 
+STEP, REQUEST = "step", "request"
+#: how waiting requests join: at any step boundary while slots are free (``step``, the default), or only when the
+#: running batch has finished, every waiting request up to ``max_batch`` at once (``request``: request-level batching,
+#: vLLM-Omni's ``RequestScheduler`` with no added wait; the benchmark's baseline)
+BATCHING = (STEP, REQUEST)
+
 
 class _WorkerError(RuntimeError):
     """A control RPC raised in a worker (the conformance kit's ``rpc_fails``)."""
@@ -52,9 +58,12 @@ class DiffusersRuntime:
     every control RPC."""
 
     def __init__(self, spec: StageSpec, denoiser: Denoiser, defaults: RequestDefaults, max_batch: int | None = None,
-                 rpc_fails: bool = False) -> None:  # fmt: skip
+                 rpc_fails: bool = False, batching: str = STEP) -> None:  # fmt: skip
+        if batching not in BATCHING:
+            raise ValueError(f"batching must be one of {BATCHING}, not {batching!r}")
         self.spec, self.denoiser, self.defaults, self.rpc_fails = spec, denoiser, defaults, rpc_fails
         self.max_batch = max_batch or spec.max_running
+        self.batching = batching
         self.live: dict[int, _Live] = {}  #: every request held, in arrival order
         self.held: set[ControlMethod] = set()  #: PAUSE_SCHEDULER and SLEEP in effect
         self.draining: list[int] = []  #: pause(wait) calls answered once nothing runs
@@ -161,7 +170,10 @@ class DiffusersRuntime:
         return [live for live in self.live.values() if live.sample is not None]
 
     def _admit(self) -> None:
-        free = self.max_batch - len(self._running())
+        running = len(self._running())
+        if running and self.batching == REQUEST:  # a request-level batch runs to its end before the next starts
+            return
+        free = self.max_batch - running
         admitted = [lv for lv in self.live.values() if lv.sample is None][:max(free, 0)]
         if not admitted:
             return
@@ -182,7 +194,7 @@ class DiffusersRuntime:
             groups.setdefault(live.sample.shape, []).append(live)
         for owners in groups.values():
             try:
-                self.denoiser.step([live.sample for live in owners if live.sample is not None])
+                self.denoiser.step([live.sample for live in owners if live.sample is not None], self)
                 self.unet_calls += 1
             except Exception as exc:  # one batched call: each request in it fails, the replica serves on
                 for live in owners:
