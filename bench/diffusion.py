@@ -39,6 +39,7 @@ import os
 import pstats
 import random
 import statistics
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -69,16 +70,35 @@ def prompt_text(i: int) -> str:
     return " ".join(WORDS[(i * k + k) % len(WORDS)] for k in (1, 3, 7))
 
 
+def tiny_model(size: int) -> str | None:
+    """Return the directory of the tiny pipeline whose UNet's ``sample_size`` makes ``size`` x ``size`` images (the
+    same weights and configuration otherwise: ``sample_size`` shapes no parameter), saved once; ``None`` for 16, the
+    tiny pipeline's own size (built in memory)."""
+    if size == 16:
+        return None
+    directory = Path(tempfile.gettempdir()) / f"omni-fsm-tiny-sd-{size}"
+    if not (directory / "model_index.json").exists():
+        pipe = build_pipeline()
+        pipe.unet.register_to_config(sample_size=size // pipe.vae_scale_factor)
+        pipe.save_pretrained(directory)
+    return str(directory)
+
+
+MODEL: str | None = None  #: the pipeline every case runs (``tiny_model(--size)``), set by ``main``
+
+
 def make_engine(max_running: int, steps: int, device: str, batching: str = "step") -> Engine:
     """Return a fresh engine over a one-stage diffusion pipeline on the shared denoiser."""
     stage = StageSpec("image", StageKind.DIFFUSION, final=True, max_running=max(max_running, 1), steps=steps)
     pipeline = Pipeline((stage,), name="diffusion-bench")
-    return Engine(pipeline, diffusers_runtimes(pipeline, DiffusersOptions(device=device, batching=batching)))
+    options = DiffusersOptions(model=MODEL, device=device, batching=batching)
+    return Engine(pipeline, diffusers_runtimes(pipeline, options))
 
 
 def orchestrated(count: int, concurrent: bool, steps: int, device: str, size: int = 16,
                  ) -> tuple[float, list[np.ndarray]]:  # fmt: skip
-    """Return (seconds, images) for requests ``0..count-1`` through a fresh engine: all at once or one by one."""
+    """Return (seconds, images) for requests ``0..count-1`` through a fresh engine: all at once or one by one (the
+    pipeline's native size is ``size``: a one-stage pipeline's requests carry none)."""
     engine = make_engine(count, steps, device)
     prompts = [Prompt(text=prompt_text(i), height=size, width=size) for i in range(count)]
     start = time.perf_counter()
@@ -275,7 +295,7 @@ def profile(args: argparse.Namespace, pipe: Any) -> dict[str, dict[str, float]]:
 
     out = Path(args.profile_dir)
     out.mkdir(parents=True, exist_ok=True)
-    denoiser = shared_denoiser(None, 0, args.device)
+    denoiser = shared_denoiser(MODEL, 0, args.device)
     work = args.batch * args.steps  # image-steps per run
     runs: dict[str, tuple[Callable[[], Any], list[tuple[Any, str, str]]]] = {
         "bare": (lambda: bare(pipe, args.batch, True, args.steps, args.size), [
@@ -370,8 +390,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         args.requests = min(args.requests, 8)
     torch.set_num_threads(1)
     torch.backends.cudnn.allow_tf32 = False
-    pipe = build_pipeline().to(args.device)
-    denoiser = shared_denoiser(None, 0, args.device)  # built before timing, as the bare pipeline is
+    global MODEL
+    MODEL = tiny_model(args.size)
+    pipe = build_pipeline(MODEL).to(args.device)
+    denoiser = shared_denoiser(MODEL, 0, args.device)  # built before timing, as the bare pipeline is
     graphs = denoiser.prepare(args.size, args.size, args.batch)  # CUDA graphs captured before serving (CUDA only)
     if args.device == "cuda":
         print(f"CUDA graphs captured before timing: {graphs} (launch-bound row buckets up to {2 * args.batch} rows)")

@@ -1,17 +1,22 @@
 """The denoising loop, one step at a time, over a ``StableDiffusionPipeline``'s components.
 
 The stock pipeline runs one call's samples from the first step to the last together. Here every sample carries
-its own state (latents, its own scheduler: a ``copy.deepcopy`` of a template that ran ``set_timesteps``, or the
-template itself for a ``DDIMScheduler``, whose ``step`` keeps no state; its generator, its prompt embeddings), so
-samples join and leave between steps, and one ``step`` makes one batched UNet call for every sample given, each row
-at its own timestep (a ``(B,)`` timestep tensor). Everything per sample is done as the stock pipeline does it for a
-call with that sample alone: the same initial noise from its generator, the same guidance arithmetic, its
-scheduler's ``step``, the same VAE decode and post-processing. Shared are the UNet's rows (they agree with a
-batch-1 call within float rounding), the text encoder's rows of the requests started together (``start_many``:
-one call over every prompt and negative prompt, each tokenized as ``encode_prompt`` does, so each row agrees with
-its batch-1 encoding within float rounding; a request started alone goes through ``encode_prompt`` itself, to the
-bit), and the DDIM ``step`` of the samples at the same timestep of the same schedule with ``eta`` 0 (elementwise
-arithmetic with the same scalar coefficients for every row: the same bits as one ``step`` per sample).
+its own state (its scheduler: a ``copy.deepcopy`` of a template that ran ``set_timesteps``, or the template itself
+for a ``DDIMScheduler``, whose ``step`` keeps no state; its step index, generator and prompt embeddings), so samples
+join and leave between steps. The samples a replica steps together are rows of one running batch per latent shape
+(``_batch.RunningBatch``: latents, embeddings, guidance scales and schedule positions as device tensors, grown and
+shrunk between steps), and one ``step`` is the stock pipeline's step on that batch: one UNet call (replayed from a
+CUDA graph where the call is launch-bound: ``_graphs``), the guidance arithmetic on all rows, and one DDIM step for
+every sample on a shared schedule (each row's coefficients gathered from a device table: the scheduler's own
+scalars, the same bits as its ``step``); a sample whose scheduler keeps state steps alone. No host sync per step:
+the host keeps each sample's step index, the device everything else.
+
+Everything per sample is what the stock pipeline does for a call with that sample alone: the same initial noise
+from its generator, the same guidance arithmetic, its scheduler's arithmetic, the same VAE decode and
+post-processing. Shared are the UNet's rows (they agree with a batch-1 call within float rounding), and the text
+encoder's rows of the requests started together (``start_many``: one call over every prompt and negative prompt,
+each tokenized as ``encode_prompt`` does, so each row agrees with its batch-1 encoding within float rounding; a
+request started alone goes through ``encode_prompt`` itself, to the bit).
 """
 
 from __future__ import annotations
