@@ -307,7 +307,7 @@ def profile(args: argparse.Namespace, pipe: Any) -> dict[str, dict[str, float]]:
             (Denoiser, "start_many", "start (text encoder, noise)"), (Denoiser, "step", "denoiser step"),
             (Denoiser, "_unet", "UNet call") if hasattr(Denoiser, "_unet") else (denoiser.pipe.unet, "forward",
                                                                                  "UNet call"),
-            (Denoiser, "decode", "decode (VAE, postprocess)")]),
+            (Denoiser, "decode_start", "decode (VAE, postprocess)")]),
     }  # fmt: skip
     table: dict[str, dict[str, float]] = {}
     for name, (run, targets) in runs.items():

@@ -32,7 +32,7 @@ from diffusers.loaders import TextualInversionLoaderMixin
 from diffusers.utils.torch_utils import randn_tensor
 
 from omni_runtime.runtimes.diffusers._batch import RunningBatch, Schedules, to_device
-from omni_runtime.runtimes.diffusers._graphs import UNetGraphs
+from omni_runtime.runtimes.diffusers._graphs import CallGraphs
 from omni_runtime.runtimes.diffusers._request import ImageRequest
 
 
@@ -64,9 +64,36 @@ class Sample:
         return 2 if self.cfg else 1
 
 
+class Decoding:
+    """Images on their way to the host (``Denoiser.decode_start``): ``ready()`` without waiting, ``images()`` the
+    float32 arrays (height, width, 3), as ``VaeImageProcessor.pt_to_numpy`` makes them."""
+
+    __slots__ = ("_done", "_host")
+
+    def __init__(self, images: Any) -> None:
+        self._done: Any = None
+        if images.device.type == "cuda":  # copied into pinned memory behind the device's work, with an event after
+            self._host = torch.empty(images.shape, dtype=images.dtype, pin_memory=True)
+            self._host.copy_(images, non_blocking=True)
+            self._done = torch.cuda.Event()  # type: ignore[no-untyped-call]
+            self._done.record()
+        else:
+            self._host = images
+
+    def ready(self) -> bool:
+        """Return whether the images are on the host."""
+        return self._done is None or bool(self._done.query())
+
+    def images(self) -> list[Any]:
+        """Return the images (waiting for the device if they are not there yet)."""
+        if self._done is not None:
+            self._done.synchronize()
+        return list(self._host.permute(0, 2, 3, 1).float().numpy())
+
+
 class Denoiser:
     """A pipeline's components on ``device``, driven step by step (see the module's docstring); ``cuda_graphs``:
-    replay the UNet call from CUDA graphs on CUDA (``_graphs``)."""
+    replay the UNet and VAE decoder calls from CUDA graphs on CUDA where they are launch-bound (``_graphs``)."""
 
     def __init__(self, pipe: Any, device: str, rebuild: Callable[[], Any] | None = None,
                  cuda_graphs: bool = True) -> None:  # fmt: skip
@@ -77,7 +104,10 @@ class Denoiser:
         self._offsets: dict[int, int] = {}  #: steps -> its shared DDIM schedule's first row in ``_schedules``
         self._schedules = Schedules(self.device)
         self._batches: dict[tuple[int, tuple[int, ...]], RunningBatch] = {}  #: (owner id, shape) -> its batch
-        self._graphs = UNetGraphs(pipe.unet) if cuda_graphs and self.device.type == "cuda" else None
+        self.cuda_graphs = cuda_graphs and self.device.type == "cuda"
+        self._graphs: CallGraphs | None = None  #: the UNet's calls
+        self._vae_graphs: CallGraphs | None = None  #: the VAE decoder's calls
+        self._forget_graphs()
         self._users: weakref.WeakSet[Any] = weakref.WeakSet()  #: the replicas running on these weights
         #: those of them asleep, each with the level it asked for
         self._asleep: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
@@ -98,7 +128,7 @@ class Denoiser:
         encoded: list[Any] | None = None
         if len(requests) > 1:
             try:
-                encoded = self._encode_together(requests)
+                encoded = self._encode(requests, together=True)
             except Exception:
                 encoded = None
         results: list[Sample | Exception] = []
@@ -114,7 +144,7 @@ class Denoiser:
     def start(self, request: ImageRequest, embeds: Any = None) -> Sample:
         """Return the request's sample before its first step: prompt embeddings (``embeds`` when given: the
         unconditional row then the conditional one under CFG, else the conditional one; else ``encode_prompt`` of
-        the request alone), scheduler, initial noise."""
+        the request alone, text by text as ``encode_prompt`` does: the same bits), scheduler, initial noise."""
         sample = self._begin(request, embeds)
         self._place_noise([sample])
         return sample
@@ -124,22 +154,23 @@ class Denoiser:
         """Capture the UNet's CUDA graphs for up to ``max_batch`` samples under CFG of ``height`` x ``width`` images
         (``_graphs``: the launch-bound buckets), as a server does before it serves; return the graphs kept (0 off
         CUDA or with graphs off)."""
-        if self._graphs is None:
+        if self._graphs is None or self._vae_graphs is None:
             return 0
         factor, config = self.pipe.vae_scale_factor, self.pipe.unet.config
-        latents = torch.zeros(1, config.in_channels, height // factor, width // factor, device=self.device)
+        dtype = self.pipe.text_encoder.dtype
+        latents = torch.zeros(1, config.in_channels, height // factor, width // factor, device=self.device, dtype=dtype)
         embeds = torch.zeros(1, self.pipe.tokenizer.model_max_length, config.cross_attention_dim, device=self.device,
-                             dtype=self.pipe.text_encoder.dtype)  # fmt: skip
+                             dtype=dtype)  # fmt: skip
         timesteps = torch.zeros(1, dtype=torch.long, device=self.device)
-        return self._graphs.prepare(latents.to(embeds.dtype), timesteps, embeds, 2 * max_batch)
+        kept = self._graphs.prepare([latents, timesteps, embeds], 2 * max_batch)
+        return kept + self._vae_graphs.prepare([latents], max_batch)
 
     def _begin(self, request: ImageRequest, embeds: Any) -> Sample:
         """Return the request's sample with its initial noise drawn on the CPU (``_place_noise`` moves it)."""
         pipe = self.pipe
         cfg = request.guidance_scale > 1  # the stock pipeline's do_classifier_free_guidance
         if embeds is None:
-            positive, negative = pipe.encode_prompt(request.prompt, self.device, 1, cfg, request.negative_prompt)
-            embeds = torch.cat([negative, positive]) if cfg else positive
+            embeds = self._encode([request], together=False)[0]
         template = self._template(request.steps)
         shared = self._stateless(template)
         scheduler = template if shared else copy.deepcopy(template)
@@ -192,17 +223,28 @@ class Denoiser:
         """Return the UNet's noise prediction for its rows (replayed from a CUDA graph where one is kept)."""
         if self._graphs is not None:
             return self._graphs(latents, timesteps, embeds)
+        return self._unet_call(latents, timesteps, embeds)
+
+    def _unet_call(self, latents: Any, timesteps: Any, embeds: Any) -> Any:
         return self.pipe.unet(latents, timesteps, encoder_hidden_states=embeds, return_dict=False)[0]
+
+    def _vae_call(self, latents: Any) -> Any:
+        return self.pipe.vae.decode(latents, return_dict=False)[0]
 
     @torch.no_grad()
     def decode(self, samples: Sequence[Sample]) -> list[Any]:
         """Return the images of ``samples`` (the same latent shape; one VAE call), as the stock pipeline's
         ``output_type="np"``: float32 arrays (height, width, 3) in [0, 1]."""
+        return self.decode_start(samples).images()
+
+    @torch.no_grad()
+    def decode_start(self, samples: Sequence[Sample]) -> Decoding:
+        """Start decoding the images of ``samples`` (as ``decode``) without waiting for the device."""
         pipe = self.pipe
-        latents = self._latents_of(samples)
-        images = pipe.vae.decode(latents / pipe.vae.config.scaling_factor, return_dict=False)[0]
-        arrays = pipe.image_processor.postprocess(images, output_type="np", do_denormalize=[True] * len(samples))
-        return list(arrays)
+        latents = self._latents_of(samples) / pipe.vae.config.scaling_factor  # the stock expression, to the bit
+        images = self._vae_graphs(latents) if self._vae_graphs is not None else self._vae_call(latents)
+        # the stock postprocess denormalizes image by image (do_denormalize all True), elementwise: the same bits
+        return Decoding(pipe.image_processor.denormalize(images))
 
     def _latents_of(self, samples: Sequence[Sample]) -> Any:
         batch = samples[0].batch
@@ -282,14 +324,17 @@ class Denoiser:
         self._forget_graphs()
 
     def _forget_graphs(self) -> None:
-        """Drop the UNet's CUDA graphs: they read the weights where they were when captured, which a move frees."""
-        if self._graphs is not None:
-            self._graphs = UNetGraphs(self.pipe.unet)
+        """Start the CUDA graphs afresh (dropping any kept: they read the weights where they were when captured,
+        which a move frees)."""
+        if self.cuda_graphs:
+            self._graphs, self._vae_graphs = CallGraphs(self._unet_call), CallGraphs(self._vae_call)
 
-    def _encode_together(self, requests: Sequence[ImageRequest]) -> list[Any]:
-        """Return each request's prompt embeddings (as ``start`` takes them) from one text-encoder call over every
-        distinct prompt and negative prompt (the empty one where a request under CFG has none), each tokenized and
-        encoded as ``encode_prompt`` does (padded to the tokenizer's ``model_max_length``, truncated)."""
+    def _encode(self, requests: Sequence[ImageRequest], together: bool) -> list[Any]:
+        """Return each request's prompt embeddings (as ``start`` takes them: the unconditional row, the empty prompt's
+        where a request under CFG has no negative prompt, then the conditional one), each text tokenized and encoded
+        as ``encode_prompt`` does (padded to the tokenizer's ``model_max_length``, truncated); ``together``: one
+        text-encoder call over every distinct text, else one call per text, as ``encode_prompt`` makes them (the same
+        bits). Nothing waits for the device."""
         pipe = self.pipe
         texts: dict[str, int] = {}  # each distinct text -> its row
         wanted = []
@@ -301,18 +346,25 @@ class Denoiser:
         prompts = list(texts)
         if isinstance(pipe, TextualInversionLoaderMixin):
             prompts = pipe.maybe_convert_prompt(prompts, pipe.tokenizer)
-        inputs = pipe.tokenizer(prompts, padding="max_length", max_length=pipe.tokenizer.model_max_length,
-                                truncation=True, return_tensors="pt")  # fmt: skip
-        config = pipe.text_encoder.config
-        mask = to_device(inputs.attention_mask, self.device) if getattr(config, "use_attention_mask", False) else None
-        rows = pipe.text_encoder(to_device(inputs.input_ids, self.device), attention_mask=mask)[0]
-        rows = rows.to(dtype=pipe.text_encoder.dtype, device=self.device)
+        calls = [prompts] if together else [[prompt] for prompt in prompts]
+        outputs = [self._text_rows(call) for call in calls]
+        rows = outputs[0] if len(outputs) == 1 else torch.cat(outputs)
         flat = to_device(torch.tensor([i for pair in wanted for i in pair], dtype=torch.long), self.device)
         picked = rows.index_select(0, flat)  # every request's rows, in order, in one gather
         starts = [0]
         for pair in wanted:
             starts.append(starts[-1] + len(pair))
         return [picked[starts[i]:starts[i + 1]] for i in range(len(wanted))]
+
+    def _text_rows(self, prompts: list[str]) -> Any:
+        """Return the text encoder's last hidden states of ``prompts`` (one call), as ``encode_prompt`` has them."""
+        pipe = self.pipe
+        inputs = pipe.tokenizer(prompts, padding="max_length", max_length=pipe.tokenizer.model_max_length,
+                                truncation=True, return_tensors="pt")  # fmt: skip
+        config = pipe.text_encoder.config
+        mask = to_device(inputs.attention_mask, self.device) if getattr(config, "use_attention_mask", False) else None
+        rows = pipe.text_encoder(to_device(inputs.input_ids, self.device), attention_mask=mask)[0]
+        return rows.to(dtype=pipe.text_encoder.dtype, device=self.device)
 
     @staticmethod
     def _stateless(scheduler: Any) -> bool:

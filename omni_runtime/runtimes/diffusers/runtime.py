@@ -26,7 +26,7 @@ from omni_fsm import ControlMethod, StopKind
 from omni_runtime import protocol as rp
 from omni_runtime.adapters import StageInput
 from omni_runtime.pipeline import StageSpec
-from omni_runtime.runtimes.diffusers._denoise import Denoiser, Sample
+from omni_runtime.runtimes.diffusers._denoise import Decoding, Denoiser, Sample
 from omni_runtime.runtimes.diffusers._request import ImageRequest, RequestDefaults, image_request
 
 STEP, REQUEST = "step", "request"
@@ -43,13 +43,14 @@ class _WorkerError(RuntimeError):
 class _Live:
     """A request this replica holds: what it asked, its sample once admitted, its next report's ``seq``."""
 
-    __slots__ = ("error", "req_id", "request", "sample", "seq")
+    __slots__ = ("decoding", "error", "req_id", "request", "sample", "seq")
 
     def __init__(self, req_id: int) -> None:
         self.req_id, self.seq = req_id, 0
         self.request: ImageRequest | None = None
         self.error: str | None = None  #: why its input is refused (reported ``Failed`` at the next step)
         self.sample: Sample | None = None
+        self.decoding = False  #: every step taken, its image on its way to the host (reported once there)
 
 
 class DiffusersRuntime:
@@ -72,6 +73,7 @@ class DiffusersRuntime:
         self.unet_calls = 0  #: batched UNet calls made (a figure for the benchmark and tests)
         self._sink: rp.ReportSink | None = None
         self._rpcs: list[tuple[int, str | None]] = []  #: (call id, error) to answer at the next step
+        self._decoding: list[tuple[Decoding, list[_Live]]] = []  #: images on their way to the host, and whose
         denoiser.join(self)
 
     # -- the protocol ---------------------------------------------------------------------------
@@ -121,8 +123,9 @@ class DiffusersRuntime:
         if not self.held and not self.draining:
             self._admit()
         if not self.held:
+            self._deliver()
             self._denoise()
-        if self.draining and not self._running():
+        if self.draining and not self._running() and not self._decoding:
             self.held.add(ControlMethod.PAUSE_SCHEDULER)
             for call_id in self.draining:
                 self._emit(rp.RpcResult(call_id, True))
@@ -131,7 +134,7 @@ class DiffusersRuntime:
 
     def busy(self) -> bool:
         """Return whether work is left: requests held (paused ones too), RPCs to answer."""
-        return not self.closed and bool(self.live or self._rpcs or self.draining)
+        return not self.closed and bool(self.live or self._rpcs or self.draining or self._decoding)
 
     def shutdown(self) -> None:
         if not self.closed:
@@ -139,6 +142,7 @@ class DiffusersRuntime:
         self.closed = True  # nothing is reported from here on
         self.live.clear()
         self._rpcs.clear()
+        self._decoding.clear()
         self.draining.clear()
 
     # -- inside ---------------------------------------------------------------------------------
@@ -149,7 +153,7 @@ class DiffusersRuntime:
             if mode == "abort":
                 for live in list(self.live.values()):
                     self._end(live, rp.Aborted)
-            elif mode == "wait" and self._running():
+            elif mode == "wait" and (self._running() or self._decoding):
                 self.draining.append(call_id)
                 return True
             self.held.add(method)
@@ -167,7 +171,7 @@ class DiffusersRuntime:
         return False
 
     def _running(self) -> list[_Live]:
-        return [live for live in self.live.values() if live.sample is not None]
+        return [live for live in self.live.values() if live.sample is not None and not live.decoding]
 
     def _admit(self) -> None:
         running = len(self._running())
@@ -209,18 +213,43 @@ class DiffusersRuntime:
     def _finish(self, done: list[_Live]) -> None:
         samples = [live.sample for live in done if live.sample is not None]
         try:
-            images = self.denoiser.decode(samples)
+            decoding = self.denoiser.decode_start(samples)
         except Exception as exc:
             for live in done:
                 self._end(live, rp.Failed, f"decoding failed: {type(exc).__name__}: {exc}")
             return
-        for live, image in zip(done, images, strict=True):
-            request = live.request
-            assert request is not None
-            payload = {"image": image, "size": (request.height, request.width), "seed": request.seed,
-                       "steps": request.steps, "guidance_scale": request.guidance_scale, "prompt": request.prompt,
-                       "negative_prompt": request.negative_prompt}  # fmt: skip
-            self._end(live, rp.Finished, StopKind.STOP, payload)
+        for live in done:
+            live.decoding = True  # out of the batch; its slot is free
+        self._decoding.append((decoding, done))
+        self._deliver()  # on the CPU the images are there already
+
+    def _deliver(self) -> None:
+        """Report ``Finished`` with its image for each request whose image reached the host (no wait for the device:
+        the others at a later step), unless it ended meanwhile (aborted)."""
+        waiting = []
+        for decoding, lives in self._decoding:
+            if not decoding.ready():
+                waiting.append((decoding, lives))
+                continue
+            try:
+                images = decoding.images()
+            except Exception as exc:
+                for live in lives:
+                    if self.live.get(live.req_id) is live:
+                        self._end(live, rp.Failed, f"decoding failed: {type(exc).__name__}: {exc}")
+                continue
+            for live, image in zip(lives, images, strict=True):
+                if self.live.get(live.req_id) is live:
+                    self._end(live, rp.Finished, StopKind.STOP, self._payload(live, image))
+        self._decoding = waiting
+
+    @staticmethod
+    def _payload(live: _Live, image: Any) -> dict[str, Any]:
+        request = live.request
+        assert request is not None
+        return {"image": image, "size": (request.height, request.width), "seed": request.seed, "steps": request.steps,
+                "guidance_scale": request.guidance_scale, "prompt": request.prompt,
+                "negative_prompt": request.negative_prompt}  # fmt: skip
 
     def _report(self, live: _Live, make: Any, *args: Any) -> None:
         self._emit(make(live.req_id, live.seq, *args))

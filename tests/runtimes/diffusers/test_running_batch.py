@@ -49,7 +49,7 @@ cuda_only = pytest.mark.skipif(default_device() != "cuda", reason="CUDA graphs: 
 
 @cuda_only
 def test_a_graph_replay_gives_the_eager_calls_bits_and_a_padded_one_within_float_rounding():
-    from omni_runtime.runtimes.diffusers._graphs import UNetGraphs
+    from omni_runtime.runtimes.diffusers._graphs import CallGraphs
 
     denoiser = Driven().runtime.denoiser
     unet = denoiser.pipe.unet
@@ -60,8 +60,9 @@ def test_a_graph_replay_gives_the_eager_calls_bits_and_a_padded_one_within_float
         embeds = torch.randn(rows, 77, 32, device="cuda", generator=generator)
         with torch.no_grad():
             eager = unet(latents, timesteps, encoder_hidden_states=embeds, return_dict=False)[0]
-            graphs = UNetGraphs(unet)
-            graph = graphs._capture(graphs._key(latents, embeds), latents, timesteps, embeds)
+            graphs = CallGraphs(lambda x, t, e: unet(x, t, encoder_hidden_states=e, return_dict=False)[0])
+            inputs = [latents, timesteps, embeds]
+            graph = graphs._capture(graphs._key(inputs), inputs)
             replayed = graph(latents, timesteps, embeds).clone()
         if rows == bucket(rows):
             assert torch.equal(replayed, eager)
