@@ -28,6 +28,7 @@ python3 -c 'import torch, diffusers, transformers; print("torch", torch.__versio
 part() {  # part NAME SECONDS COMMAND...: run it with a time limit, its output to $OUT/NAME.txt (transformers' notices dropped)
     local name=$1 limit=$2
     shift 2
+    if [ -n "${PARTS:-}" ] && [[ " $PARTS " != *" $name "* ]]; then return; fi  # PARTS="tests overhead-16 ...": only those
     echo "== $name: $*"
     local began=$SECONDS
     timeout "$limit" "$@" 2>&1 | grep -v '^\[transformers\]' | tee "$OUT/$name.txt"
