@@ -3,6 +3,10 @@ PY ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# when make read this file, before any install: `make test` prints the time since, last
+START := $(shell date +%s)
+# pytest-xdist workers for `make test` (auto: one per core; 0 runs in this process)
+TEST_WORKERS ?= auto
 
 .PHONY: demo test lint typecheck bench bench-vllm bench-vllm-omni vllm-omni-venv test-vllm-gpu-build clean setup
 
@@ -85,8 +89,11 @@ demo:
 	@echo "make demo: RUNTIME must be sim, vllm or ray, not '$(RUNTIME)'"; exit 2
 endif
 
+# In a random order (pytest-randomly: the seed is printed last; `-p no:randomly` keeps the file order), on every
+# core (pytest-xdist), with the 25 slowest steps listed; the last line is the whole time, installs included.
 test: lint typecheck $(VLLM_STAMP) $(DIFFUSERS_STAMP) $(RAY_STAMP) $(CHROMIUM_STAMP)
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --durations=25; rc=$$?; \
+		echo "make test: $$(( $$(date +%s) - $(START) )) s in all, installs included (exit $$rc)"; exit $$rc
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

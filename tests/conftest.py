@@ -22,3 +22,10 @@ def pytest_configure(config):  # type: ignore[no-untyped-def]
     config.addinivalue_line(
         "markers", "covers(*ids): the test checks these invariant IDs (read by the traceability table)"
     )
+
+
+def pytest_terminal_summary(terminalreporter, config):  # type: ignore[no-untyped-def]
+    """Say, last, the order this run used, so that a failure that depends on it can be replayed."""
+    seed = getattr(config.option, "randomly_seed", None)
+    if isinstance(seed, int) and config.pluginmanager.has_plugin("randomly"):
+        terminalreporter.write_line(f"random order: --randomly-seed={seed} replays it; -p no:randomly: file order")

@@ -90,21 +90,32 @@ def _search(bound: Bound, pids: list[int], **kw: Any) -> Report:
     return parallel_search(Explorer(bound), 2, False, True, None, None, on_start=pids.extend, **kw)
 
 
-def test_an_interrupted_run_leaves_no_worker() -> None:
+def test_an_interrupted_run_leaves_no_worker(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Judged on what this run started itself (its worker processes, the threads started from this thread while it
+    ran): other tests' threads and children may come and go meanwhile."""
     pids: list[int] = []
-    before, threads = set(_children()), threading.active_count()
+    children, started, me = set(_children()), [], threading.current_thread()
+    start = threading.Thread.start
+
+    def recorded_start(thread: threading.Thread) -> None:
+        if threading.current_thread() is me:
+            started.append(thread)
+        start(thread)
 
     def interrupt() -> str | None:
         assert len(pids) == 2 and not _gone(pids)  # the workers were running
         raise KeyboardInterrupt
 
+    monkeypatch.setattr(threading.Thread, "start", recorded_start)
     with pytest.raises(KeyboardInterrupt):
         _search(LIVE, pids, stop=interrupt)
-    assert _gone(pids) and set(_children()) == before
+    monkeypatch.undo()
+    assert _gone(pids) and not set(_children()) - children
+    assert started  # the run's task queues started their feeder threads from here
     deadline = time.monotonic() + 5  # the task queues' feeder threads end once their queue is closed
-    while threading.active_count() > threads and time.monotonic() < deadline:
+    while any(t.is_alive() for t in started) and time.monotonic() < deadline:
         time.sleep(0.01)
-    assert threading.active_count() == threads
+    assert not [t.name for t in started if t.is_alive()]
 
 
 def test_an_unsound_reduction_stops_the_run_and_its_workers(monkeypatch: pytest.MonkeyPatch) -> None:
