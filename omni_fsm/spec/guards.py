@@ -2,15 +2,16 @@
 
 A guard never mutates anything and never consults the table; the table names guards by their
 names, so a row reads as ``(state, event type, guards) -> next state, effects``. Each guard is
-one typed function, written once; ``GUARDS`` maps every name a row may use to its function
-(the core's selection, the ``transitions`` reference machine and the diagrams all read it).
+one typed function, written once; ``GUARDS`` maps every name a row may use to its function, and
+``SPEC`` carries it (the core's selection and the ``transitions`` reference machine call the guards a
+``Spec`` carries: a variant with another function for a name runs that one).
 Three families are made over a closed vocabulary (``children_fold_to_*``, ``rpc_is_*``,
 ``abort_resumes_*``), one function per member, each named as the rows name it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from omni_fsm.spec.record import Engine, Record
@@ -198,10 +199,10 @@ _FAMILIES: tuple[Guard, ...] = (
 GUARDS: dict[str, Guard] = {guard.__name__: guard for guard in (*_PLAIN, *_FAMILIES)}
 
 
-def check_guard_names(names: set[str]) -> None:
-    """Raise ``KeyError`` naming the first unknown guard."""
+def check_guard_names(names: set[str], guards: Mapping[str, Guard] = GUARDS) -> None:
+    """Raise ``KeyError`` naming the first of ``names`` that ``guards`` does not name."""
     for name in sorted(names):
-        if name not in GUARDS:
+        if name not in guards:
             raise KeyError(f"unknown guard {name!r}")
 
 
