@@ -3,24 +3,40 @@
 They are the core's outputs (commands for a driver to carry out) and, together with the input
 events, the observable history that the invariants judge and that traces record. None of them
 names a state of the core.
+
+Each is a named tuple (its fields are the ``typing.NamedTuple`` it extends, ``_Name``): immutable, made with one
+tuple allocation (the core makes one or more per event, and attrs' frozen ``__init__`` stores each field through
+``object.__setattr__``, several times the cost), equal only to an observation of its own class with equal fields,
+hashable, picklable, with a repr that names its class and fields and ``_replace`` for a changed copy.
 """
 
 from __future__ import annotations
 
-import attrs
+from typing import NamedTuple
 
 from omni_fsm.spec.vocabulary import ControlMethod, EngineState, FinishReason, Outcome, Role
 
 
-@attrs.frozen
-class Observation:
-    """Base of everything the core reports."""
+class Observation(tuple):  # type: ignore[type-arg]  # each subclass's named tuple says its fields
+    """Base of everything the core reports: its class is part of its value (``SlotTaken(1, 0)`` is not
+    ``SlotFreed(1, 0)``, nor the tuple ``(1, 0)``), and it is true even with no fields."""
+
+    __slots__ = ()
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and tuple.__eq__(self, other)
+
+    def __ne__(self, other: object) -> bool:
+        return not self.__eq__(other)
+
+    def __hash__(self) -> int:
+        return hash((type(self), tuple.__hash__(self)))
+
+    def __bool__(self) -> bool:
+        return True
 
 
-@attrs.frozen
-class Submitted(Observation):
-    """A record is tracked: a client request, or a child / companion the core spawned."""
-
+class _Submitted(NamedTuple):
     rid: int
     role: Role = Role.CLIENT
     parent: int = -1
@@ -28,37 +44,40 @@ class Submitted(Observation):
     companions: int = 0
 
 
-@attrs.frozen
-class Dispatched(Observation):
-    """Work for ``rid`` is sent to ``stage`` (by the orchestrator: nobody else routes), bound to ``replica``.
+class Submitted(Observation, _Submitted):
+    """A record is tracked: a client request, or a child / companion the core spawned."""
 
-    The core binds no replica (it says 0); an orchestrator around it names the replica it chose.
-    """
+    __slots__ = ()
 
+
+class _Dispatched(NamedTuple):
     rid: int
     stage: int
     replica: int = 0
 
 
-@attrs.frozen
-class Forwarded(Observation):
-    """The orchestrator routes ``rid`` from ``src`` to ``dst`` through the input adapter."""
+class Dispatched(Observation, _Dispatched):
+    """Work for ``rid`` is sent to ``stage`` (by the orchestrator: nobody else routes), bound to ``replica``.
 
+    The core binds no replica (it says 0); an orchestrator around it names the replica it chose.
+    """
+
+    __slots__ = ()
+
+
+class _Forwarded(NamedTuple):
     rid: int
     src: int
     dst: int
 
 
-@attrs.frozen
-class Emitted(Observation):
-    """A message to the client for client request ``rid``.
+class Forwarded(Observation, _Forwarded):
+    """The orchestrator routes ``rid`` from ``src`` to ``dst`` through the input adapter."""
 
-    ``finished`` marks the request's one terminal; ``stage_final`` marks the end of one
-    final-output stage's stream (not terminal); ``sample`` is the child index for ``n>1``.
-    ``cumulative`` is the number of tokens generated at ``stage`` so far (for an abort: the
-    prefix it carries).
-    """
+    __slots__ = ()
 
+
+class _Emitted(NamedTuple):
     rid: int
     stage: int
     tokens: int = 0
@@ -70,107 +89,173 @@ class Emitted(Observation):
     sample: int = -1
 
 
-@attrs.frozen
-class AbortRequested(Observation):
-    """The abort of ``rid`` is accepted: the client's call ``call_id`` (``parent`` is ``None``), or the abort the
-    parent ``parent`` fans out to its dependent (``call_id`` is ``None``), is owed an ``AbortAnswered``."""
+class Emitted(Observation, _Emitted):
+    """A message to the client for client request ``rid``.
 
+    ``finished`` marks the request's one terminal; ``stage_final`` marks the end of one
+    final-output stage's stream (not terminal); ``sample`` is the child index for ``n>1``.
+    ``cumulative`` is the number of tokens generated at ``stage`` so far (for an abort: the
+    prefix it carries).
+    """
+
+    __slots__ = ()
+
+
+class _AbortRequested(NamedTuple):
     rid: int
     call_id: int | None = None
     parent: int | None = None
 
 
-@attrs.frozen
-class AbortSent(Observation):
-    """Physical abort asked of ``stage`` for ``rid``."""
+class AbortRequested(Observation, _AbortRequested):
+    """The abort of ``rid`` is accepted: the client's call ``call_id`` (``parent`` is ``None``), or the abort the
+    parent ``parent`` fans out to its dependent (``call_id`` is ``None``), is owed an ``AbortAnswered``."""
 
+    __slots__ = ()
+
+
+class _AbortSent(NamedTuple):
     rid: int
     stage: int
 
 
-@attrs.frozen
-class AbortCommitted(Observation):
-    """The abort state of ``rid`` is committed (its record is about to be dropped)."""
+class AbortSent(Observation, _AbortSent):
+    """Physical abort asked of ``stage`` for ``rid``."""
 
+    __slots__ = ()
+
+
+class _AbortCommitted(NamedTuple):
     rid: int
 
 
-@attrs.frozen
-class AbortAnswered(Observation):
+class AbortCommitted(Observation, _AbortCommitted):
+    """The abort state of ``rid`` is committed (its record is about to be dropped)."""
+
+    __slots__ = ()
+
+
+class _AbortAnswered(NamedTuple):
+    rid: int
+    ok: bool
+    call_id: int | None = None
+    parent: int | None = None
+
+
+class AbortAnswered(Observation, _AbortAnswered):
     """The abort caller of ``rid`` is told the outcome (``ok=False``: not aborted; retry, or it ended otherwise).
 
     The caller is the client's call ``call_id`` when ``parent`` is ``None``, else the parent ``parent`` that
     aborted its dependent ``rid`` (``call_id`` is then ``None``): such an answer never reaches the client.
     """
 
-    rid: int
-    ok: bool
-    call_id: int | None = None
-    parent: int | None = None
+    __slots__ = ()
 
 
-@attrs.frozen
-class SlotTaken(Observation):
+class _SlotTaken(NamedTuple):
     rid: int
     stage: int
 
 
-@attrs.frozen
-class SlotFreed(Observation):
+class SlotTaken(Observation, _SlotTaken):
+    """``rid`` takes a running slot of ``stage``."""
+
+    __slots__ = ()
+
+
+class _SlotFreed(NamedTuple):
     rid: int
     stage: int
 
 
-@attrs.frozen
-class Dropped(Observation):
-    """An event was dropped: ``why`` is ``unknown`` (id not tracked) or ``stale`` (wrong stage)."""
+class SlotFreed(Observation, _SlotFreed):
+    """``rid`` frees its running slot of ``stage``."""
 
+    __slots__ = ()
+
+
+class _Dropped(NamedTuple):
     rid: int
     event: str
     why: str
 
 
-@attrs.frozen
-class Rejected(Observation):
-    """A runtime report the lifecycle has no transition for: the request fails with ``error``."""
+class Dropped(Observation, _Dropped):
+    """An event was dropped: ``why`` is ``unknown`` (id not tracked) or ``stale`` (wrong stage)."""
 
+    __slots__ = ()
+
+
+class _Rejected(NamedTuple):
     rid: int
     event: str
 
 
-@attrs.frozen
-class Released(Observation):
-    """No state is kept for ``rid`` any more."""
+class Rejected(Observation, _Rejected):
+    """A runtime report the lifecycle has no transition for: the request fails with ``error``."""
 
+    __slots__ = ()
+
+
+class _Released(NamedTuple):
     rid: int
 
 
-@attrs.frozen
-class RpcSent(Observation):
+class Released(Observation, _Released):
+    """No state is kept for ``rid`` any more."""
+
+    __slots__ = ()
+
+
+class _RpcSent(NamedTuple):
     call_id: int
     method: ControlMethod
 
 
-@attrs.frozen
-class RpcAnswered(Observation):
-    """The caller of ``call_id`` gets its result: ``ok``, or the worker's ``error``."""
+class RpcSent(Observation, _RpcSent):
+    """The control RPC ``call_id`` (``method``) is sent to the stages."""
 
+    __slots__ = ()
+
+
+class _RpcAnswered(NamedTuple):
     call_id: int
     method: ControlMethod
     ok: bool
     error: str | None = None
 
 
-@attrs.frozen
-class EngineChanged(Observation):
+class RpcAnswered(Observation, _RpcAnswered):
+    """The caller of ``call_id`` gets its result: ``ok``, or the worker's ``error``."""
+
+    __slots__ = ()
+
+
+class _EngineChanged(NamedTuple):
     state: EngineState
 
 
-@attrs.frozen
-class OrchestratorStopped(Observation):
+class EngineChanged(Observation, _EngineChanged):
+    """The engine's control-plane state is now ``state``."""
+
+    __slots__ = ()
+
+
+class _OrchestratorStopped(NamedTuple):
     pass
 
 
-@attrs.frozen
-class RuntimesStopped(Observation):
+class OrchestratorStopped(Observation, _OrchestratorStopped):
+    """The orchestrator stopped (shutdown): it routes nothing more."""
+
+    __slots__ = ()
+
+
+class _RuntimesStopped(NamedTuple):
     pass
+
+
+class RuntimesStopped(Observation, _RuntimesStopped):
+    """The stage runtimes are told to stop (after the orchestrator)."""
+
+    __slots__ = ()

@@ -296,7 +296,7 @@ def _b8_core_sizes_no_prefix(monkeypatch: pytest.MonkeyPatch) -> None:
     def sized_without_prefix(lc, rec, event, source, out):
         emit(lc, rec, event, source, out)
         if out and isinstance(out[-1], ob.Emitted) and out[-1].outcome is Outcome.ABORTED:
-            out[-1] = attrs.evolve(out[-1], cumulative=0)
+            out[-1] = out[-1]._replace(cumulative=0)
 
     monkeypatch.setitem(SPEC.effects, Effect.EMIT_TERMINAL, sized_without_prefix)
 

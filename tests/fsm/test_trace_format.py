@@ -37,6 +37,7 @@ from omni_fsm.trace import (
     snake_name,
     write_trace,
 )
+from omni_fsm.trace.codec import field_names
 
 KINDS = (StageKind.AR, StageKind.AR, StageKind.DIFFUSION)
 FINAL = (True, False, True)
@@ -125,7 +126,7 @@ def instances(cls: type) -> st.SearchStrategy[Any]:
             return OPTIONAL_IDS[name]
         return FIELD_VALUES[name] if name in FIELD_VALUES else _values_of(hints[name])
 
-    fields = {f.name: values(f.name) for f in attrs.fields(cls)}
+    fields = {name: values(name) for name in field_names(cls)}
     return st.builds(cls, **fields)
 
 

@@ -1,0 +1,84 @@
+"""Observations are cheap records (named tuples) that behave as values: equal only to their own class with equal
+fields, hashed alike, immutable, picklable, with a repr that names the class and its fields."""
+
+from __future__ import annotations
+
+import copy
+import pickle
+from typing import Any
+
+import pytest
+
+from omni_fsm import observations as ob
+from omni_fsm.spec.vocabulary import ControlMethod, EngineState, FinishReason, Outcome, Role
+
+CLASSES = sorted((c for c in vars(ob).values() if isinstance(c, type) and issubclass(c, ob.Observation)
+                  and c is not ob.Observation), key=lambda c: c.__name__)  # fmt: skip
+#: a value of each field's type, other than its default (so that a field left at its default would show)
+SAMPLES: dict[str, Any] = {
+    "rid": 7, "stage": 2, "replica": 1, "src": 0, "dst": 1, "tokens": 3, "cumulative": 9, "finished": True,
+    "stage_final": True, "outcome": Outcome.ABORTED, "reason": FinishReason.LENGTH, "sample": 1, "call_id": 4,
+    "parent": 6, "ok": True, "event": "StageOutput", "why": "stale", "method": ControlMethod.PAUSE_SCHEDULER,
+    "error": "boom", "state": EngineState.PAUSED, "role": Role.CHILD, "n": 2, "companions": 1,
+}  # fmt: skip
+
+
+def made(cls: type) -> Any:
+    return cls(*(SAMPLES[name] for name in cls._fields))
+
+
+def test_every_observation_is_a_record_here() -> None:
+    assert len(CLASSES) >= 18 and ob.Dispatched in CLASSES and ob.OrchestratorStopped in CLASSES
+
+
+@pytest.mark.parametrize("cls", CLASSES, ids=lambda c: c.__name__)
+def test_fields_are_named_and_defaults_apply(cls: type) -> None:
+    o = made(cls)
+    assert [getattr(o, name) for name in cls._fields] == [SAMPLES[name] for name in cls._fields]
+    required = [name for name in cls._fields if name not in cls._field_defaults]
+    bare = cls(*(SAMPLES[name] for name in required))
+    assert {name: getattr(bare, name) for name in cls._field_defaults} == cls._field_defaults
+    assert cls(**{name: SAMPLES[name] for name in cls._fields}) == o
+    with pytest.raises(TypeError):
+        cls(*(SAMPLES[name] for name in cls._fields), 1)  # one argument too many
+
+
+@pytest.mark.parametrize("cls", CLASSES, ids=lambda c: c.__name__)
+def test_equality_and_hash_are_by_class_and_fields(cls: type) -> None:
+    o, same = made(cls), made(cls)
+    assert o == same and (o != same) is False and hash(o) == hash(same) and o is not same
+    assert o != tuple(o) and tuple(o) != o  # not a bare tuple of its fields
+    for other in CLASSES:
+        if other is not cls and other._fields == cls._fields:  # SlotTaken(1, 0) is not SlotFreed(1, 0)
+            assert o != made(other) and made(other) != o
+    if cls._fields:
+        changed = o._replace(**{cls._fields[0]: 99})
+        assert type(changed) is cls and changed != o and o == made(cls)  # a copy: ``o`` is as it was
+    assert len({o, same}) == 1 and bool(cls(*(SAMPLES[n] for n in cls._fields if n not in cls._field_defaults)))
+
+
+@pytest.mark.parametrize("cls", CLASSES, ids=lambda c: c.__name__)
+def test_an_observation_is_immutable(cls: type) -> None:
+    o = made(cls)
+    for name in cls._fields:
+        with pytest.raises(AttributeError):
+            setattr(o, name, 99)
+    with pytest.raises(AttributeError):
+        o.extra = 1  # no instance dict
+    assert o == made(cls)
+
+
+@pytest.mark.parametrize("cls", CLASSES, ids=lambda c: c.__name__)
+def test_repr_names_the_class_and_fields_and_pickling_round_trips(cls: type) -> None:
+    o = made(cls)
+    shown = ", ".join(f"{name}={SAMPLES[name]!r}" for name in cls._fields)
+    assert repr(o) == f"{cls.__name__}({shown})"
+    for protocol in range(pickle.HIGHEST_PROTOCOL + 1):
+        back = pickle.loads(pickle.dumps(o, protocol))
+        assert type(back) is cls and back == o
+    assert copy.copy(o) == o and copy.deepcopy(o) == o
+
+
+def test_an_observation_with_no_fields_is_true_and_unequal_to_another() -> None:
+    assert ob.OrchestratorStopped() and ob.RuntimesStopped()
+    assert ob.OrchestratorStopped() != ob.RuntimesStopped() and ob.OrchestratorStopped() == ob.OrchestratorStopped()
