@@ -10,10 +10,10 @@ number of events, median over the repeats (the garbage collector off while a rep
 ``timeit`` does). The whole handle is timed: row selection, effects, observations, slot moves and the
 fan-out drained. The plain core is ``Lifecycle(...)`` as made from ``SPEC``: a dict lookup of the
 candidate rows of (event type, state), their guard functions called in row order, the chosen row's
-effect functions run (``Lifecycle._fire_own``). The reference does the same work: a ``Lifecycle``
+effect functions run (``Lifecycle._fire_row``). The reference does the same work: a ``Lifecycle``
 whose request and engine tables are replaced by the ``transitions`` machines of
 ``omni_fsm.engine.reference.build_reference(SPEC)``, so the core asks the reference for every row
-selection and runs the row's plan as the plain core does (``Lifecycle._fire_asked``). Before any
+selection and runs the row's plan as the plain core does (``Lifecycle._asked_steps``). Before any
 timing both cores replay the whole mix once and must return identical observation lists for every
 event (else ``AssertionError``). The paths alternate repeat by repeat, so machine noise falls on both
 alike.

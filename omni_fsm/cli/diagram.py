@@ -95,8 +95,8 @@ def _by_name(thing: Any) -> str:
 
 
 _ABORTING = frozenset({ReqState.ABORTING, ReqState.ABORTING_CHILDREN})
-_SAMPLES = frozenset({ev.ChildEnded, ev.CompanionEnded})
-_FAILURES = frozenset({ev.StageFailed, ev.ReplicaLost, ev.EngineFailed, ev.ShutdownAbort})
+_SAMPLES: frozenset[type[ev.Event]] = frozenset({ev.ChildEnded, ev.CompanionEnded})
+_FAILURES: frozenset[type[ev.Event]] = frozenset({ev.StageFailed, ev.ReplicaLost, ev.EngineFailed, ev.ShutdownAbort})
 #: The diagram's views: each a rule over the rows' events and states (no list of edges); every row of both
 #: tables is in at least one (tests/fsm/test_diagram.py says so).
 VIEWS: tuple[View, ...] = (

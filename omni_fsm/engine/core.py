@@ -12,7 +12,7 @@ row's effects do and whom they reach (``spec.effects``), how slots move (``spec.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 
 from omni_fsm.engine.selection import Candidate, Selection
@@ -115,9 +115,8 @@ class Lifecycle:
     @table.setter
     def table(self, table: Table) -> None:
         self._table = table
-        #: ``fire(record, event, out)``: select the row and run it; return it (``None``: no row, nothing changed)
-        self._fire_row: Callable[[Record, Any, Out], Row | None] = (
-            self._fire_own if table is self._own_table else self._fire_asked)
+        #: a table put in instead of the spec's own, asked for every row (``None``: the spec's candidates are run)
+        self._asked: Table | None = None if table is self._own_table else table
 
     # -- queries -------------------------------------------------------------------------
 
@@ -238,31 +237,27 @@ class Lifecycle:
         row = self._fire_row(rec, event, out)
         return self._miss(rec, event, out) if row is None else row
 
-    def _fire_own(self, rec: Record, event: Any, out: Out) -> Row | None:
-        """Run the first of the spec's candidate rows for (event type, state) whose guards hold; return it."""
-        steps = self._steps[type(event)].get(rec.state)
+    def _fire_row(self, rec: Record, event: Any, out: Out) -> Row | None:
+        """Run the first candidate row of (event type, state) whose guards hold (every ``when`` guard holds, no
+        ``unless`` guard does), in table order: its target, its effects, its slot moves, the terminal effects.
+        Return the row (``None``: no row, nothing changed)."""
+        asked = self._asked
+        steps = self._steps[type(event)].get(rec.state) if asked is None else self._asked_steps(asked, rec, event)
         if steps is None:
             return None
         engine = self.engine
-        for when, unless, plan in steps:  # ``selection.first_holding``, inline: the hot path
+        for when, unless, plan in steps:  # noqa: B007 - the candidate the loop stops at is run below
             for guard in when:
                 if not guard(rec, event, engine):
-                    break
+                    break  # a ``when`` guard fails: the next candidate
             else:
                 for guard in unless:
                     if guard(rec, event, engine):
-                        break
+                        break  # an ``unless`` guard holds: the next candidate
                 else:
-                    return self._run(plan, rec, event, out)
-        return None
-
-    def _fire_asked(self, rec: Record, event: Any, out: Out) -> Row | None:
-        """Ask the table put in for the row, and run the row's plan; return it."""
-        row = self._table.select(rec, event, self.engine)
-        return None if row is None else self._run(self._plan_of(row), rec, event, out)
-
-    def _run(self, plan: _Plan, rec: Record, event: Any, out: Out) -> Row:
-        """Run a row's plan on ``rec``: its target, its effects, its slot moves, the terminal effects; return it."""
+                    break  # every guard as the row wants it: this candidate
+        else:
+            return None  # no candidate holds: no row
         row, target, effects, terminal, free, take = plan
         source, held_stage = rec.state, rec.stage
         if free is None:  # an abort is involved: slots follow the state it interrupted (or restores)
@@ -274,15 +269,20 @@ class Lifecycle:
             holds = policy.holds_slot(target, rec.resume, self.spec.holds_slot)
             free, take = policy.slot_moves(held, holds, rec.stage != held_stage)
         if free:
-            self.engine.slots_used[held_stage] -= 1
+            engine.slots_used[held_stage] -= 1
             out.append(ob.SlotFreed(rec.rid, held_stage))
         if take:
-            self.engine.slots_used[rec.stage] += 1
+            engine.slots_used[rec.stage] += 1
             out.append(ob.SlotTaken(rec.rid, rec.stage))
         if terminal:
             for effect in self._on_terminal:
                 effect(self, rec, event, source, out)
         return row
+
+    def _asked_steps(self, table: Table, rec: Record, event: Any) -> tuple[_Step, ...] | None:
+        """Return the row a table put in selects as the one candidate, unguarded (``None``: it selects none)."""
+        row = table.select(rec, event, self.engine)
+        return None if row is None else (((), (), self._plan_of(row)),)
 
     def _miss(self, rec: Record, event: ev.RequestEvent, out: Out) -> Row:
         """No row: what the event's origin says (refuse, fail the request, or a bug of the core)."""

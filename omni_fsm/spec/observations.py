@@ -4,36 +4,22 @@ They are the core's outputs (commands for a driver to carry out) and, together w
 events, the observable history that the invariants judge and that traces record. None of them
 names a state of the core.
 
-Each is a named tuple (its fields are the ``typing.NamedTuple`` it extends, ``_Name``): immutable, made with one
-tuple allocation (the core makes one or more per event, and attrs' frozen ``__init__`` stores each field through
-``object.__setattr__``, several times the cost), equal only to an observation of its own class with equal fields,
-hashable, picklable, with a repr that names its class and fields and ``_replace`` for a changed copy.
+Each is a named tuple of its own class (``value.Value``): cheap to make, immutable, equal only to an observation of
+its class with equal fields.
 """
 
 from __future__ import annotations
 
 from typing import NamedTuple
 
+from omni_fsm.spec.value import Value
 from omni_fsm.spec.vocabulary import ControlMethod, EngineState, FinishReason, Outcome, Role
 
 
-class Observation(tuple):  # type: ignore[type-arg]  # each subclass's named tuple says its fields
-    """Base of everything the core reports: its class is part of its value (``SlotTaken(1, 0)`` is not
-    ``SlotFreed(1, 0)``, nor the tuple ``(1, 0)``), and it is true even with no fields."""
+class Observation(Value):
+    """Base of everything the core reports."""
 
     __slots__ = ()
-
-    def __eq__(self, other: object) -> bool:
-        return type(other) is type(self) and tuple.__eq__(self, other)
-
-    def __ne__(self, other: object) -> bool:
-        return not self.__eq__(other)
-
-    def __hash__(self) -> int:
-        return hash((type(self), tuple.__hash__(self)))
-
-    def __bool__(self) -> bool:
-        return True
 
 
 class _Submitted(NamedTuple):
@@ -44,7 +30,7 @@ class _Submitted(NamedTuple):
     companions: int = 0
 
 
-class Submitted(Observation, _Submitted):
+class Submitted(_Submitted, Observation):
     """A record is tracked: a client request, or a child / companion the core spawned."""
 
     __slots__ = ()
@@ -56,7 +42,7 @@ class _Dispatched(NamedTuple):
     replica: int = 0
 
 
-class Dispatched(Observation, _Dispatched):
+class Dispatched(_Dispatched, Observation):
     """Work for ``rid`` is sent to ``stage`` (by the orchestrator: nobody else routes), bound to ``replica``.
 
     The core binds no replica (it says 0); an orchestrator around it names the replica it chose.
@@ -71,7 +57,7 @@ class _Forwarded(NamedTuple):
     dst: int
 
 
-class Forwarded(Observation, _Forwarded):
+class Forwarded(_Forwarded, Observation):
     """The orchestrator routes ``rid`` from ``src`` to ``dst`` through the input adapter."""
 
     __slots__ = ()
@@ -89,7 +75,7 @@ class _Emitted(NamedTuple):
     sample: int = -1
 
 
-class Emitted(Observation, _Emitted):
+class Emitted(_Emitted, Observation):
     """A message to the client for client request ``rid``.
 
     ``finished`` marks the request's one terminal; ``stage_final`` marks the end of one
@@ -107,7 +93,7 @@ class _AbortRequested(NamedTuple):
     parent: int | None = None
 
 
-class AbortRequested(Observation, _AbortRequested):
+class AbortRequested(_AbortRequested, Observation):
     """The abort of ``rid`` is accepted: the client's call ``call_id`` (``parent`` is ``None``), or the abort the
     parent ``parent`` fans out to its dependent (``call_id`` is ``None``), is owed an ``AbortAnswered``."""
 
@@ -119,7 +105,7 @@ class _AbortSent(NamedTuple):
     stage: int
 
 
-class AbortSent(Observation, _AbortSent):
+class AbortSent(_AbortSent, Observation):
     """Physical abort asked of ``stage`` for ``rid``."""
 
     __slots__ = ()
@@ -129,7 +115,7 @@ class _AbortCommitted(NamedTuple):
     rid: int
 
 
-class AbortCommitted(Observation, _AbortCommitted):
+class AbortCommitted(_AbortCommitted, Observation):
     """The abort state of ``rid`` is committed (its record is about to be dropped)."""
 
     __slots__ = ()
@@ -142,7 +128,7 @@ class _AbortAnswered(NamedTuple):
     parent: int | None = None
 
 
-class AbortAnswered(Observation, _AbortAnswered):
+class AbortAnswered(_AbortAnswered, Observation):
     """The abort caller of ``rid`` is told the outcome (``ok=False``: not aborted; retry, or it ended otherwise).
 
     The caller is the client's call ``call_id`` when ``parent`` is ``None``, else the parent ``parent`` that
@@ -157,7 +143,7 @@ class _SlotTaken(NamedTuple):
     stage: int
 
 
-class SlotTaken(Observation, _SlotTaken):
+class SlotTaken(_SlotTaken, Observation):
     """``rid`` takes a running slot of ``stage``."""
 
     __slots__ = ()
@@ -168,7 +154,7 @@ class _SlotFreed(NamedTuple):
     stage: int
 
 
-class SlotFreed(Observation, _SlotFreed):
+class SlotFreed(_SlotFreed, Observation):
     """``rid`` frees its running slot of ``stage``."""
 
     __slots__ = ()
@@ -180,7 +166,7 @@ class _Dropped(NamedTuple):
     why: str
 
 
-class Dropped(Observation, _Dropped):
+class Dropped(_Dropped, Observation):
     """An event was dropped: ``why`` is ``unknown`` (id not tracked) or ``stale`` (wrong stage)."""
 
     __slots__ = ()
@@ -191,7 +177,7 @@ class _Rejected(NamedTuple):
     event: str
 
 
-class Rejected(Observation, _Rejected):
+class Rejected(_Rejected, Observation):
     """A runtime report the lifecycle has no transition for: the request fails with ``error``."""
 
     __slots__ = ()
@@ -201,7 +187,7 @@ class _Released(NamedTuple):
     rid: int
 
 
-class Released(Observation, _Released):
+class Released(_Released, Observation):
     """No state is kept for ``rid`` any more."""
 
     __slots__ = ()
@@ -212,7 +198,7 @@ class _RpcSent(NamedTuple):
     method: ControlMethod
 
 
-class RpcSent(Observation, _RpcSent):
+class RpcSent(_RpcSent, Observation):
     """The control RPC ``call_id`` (``method``) is sent to the stages."""
 
     __slots__ = ()
@@ -225,7 +211,7 @@ class _RpcAnswered(NamedTuple):
     error: str | None = None
 
 
-class RpcAnswered(Observation, _RpcAnswered):
+class RpcAnswered(_RpcAnswered, Observation):
     """The caller of ``call_id`` gets its result: ``ok``, or the worker's ``error``."""
 
     __slots__ = ()
@@ -235,7 +221,7 @@ class _EngineChanged(NamedTuple):
     state: EngineState
 
 
-class EngineChanged(Observation, _EngineChanged):
+class EngineChanged(_EngineChanged, Observation):
     """The engine's control-plane state is now ``state``."""
 
     __slots__ = ()
@@ -245,7 +231,7 @@ class _OrchestratorStopped(NamedTuple):
     pass
 
 
-class OrchestratorStopped(Observation, _OrchestratorStopped):
+class OrchestratorStopped(_OrchestratorStopped, Observation):
     """The orchestrator stopped (shutdown): it routes nothing more."""
 
     __slots__ = ()
@@ -255,7 +241,7 @@ class _RuntimesStopped(NamedTuple):
     pass
 
 
-class RuntimesStopped(Observation, _RuntimesStopped):
+class RuntimesStopped(_RuntimesStopped, Observation):
     """The stage runtimes are told to stop (after the orchestrator)."""
 
     __slots__ = ()

@@ -164,15 +164,10 @@ class _Field:
     is_stage: bool
 
 
-def field_names(cls: Any) -> tuple[str, ...]:
-    """Return the field names of an event class (attrs) or an observation class (a named tuple), in order."""
-    return cls._fields if issubclass(cls, ob.Observation) else tuple(f.name for f in attrs.fields(cls))
-
-
-def _fields(cls: type) -> tuple[_Field, ...]:
+def _fields(cls: type[Item]) -> tuple[_Field, ...]:
     hints = typing.get_type_hints(cls)
     fields: list[_Field] = []
-    for name in field_names(cls):
+    for name in cls.field_names():
         least = _AT_LEAST_FOR.get((cls, name), _AT_LEAST.get(name))
         fields.append(_Field(name, _decoder(hints[name]), least, name in _STAGE_FIELDS))
     return tuple(fields)

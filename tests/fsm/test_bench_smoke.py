@@ -73,9 +73,9 @@ def test_a_disagreement_is_raised_not_timed(monkeypatch: pytest.MonkeyPatch) -> 
 
 
 def test_the_two_paths_run_what_they_are_named_for() -> None:
-    """Plain: the core's own candidate rows, looked up and run by ``Lifecycle._fire_own``; reference: the
-    ``transitions`` tables, asked by ``Lifecycle._fire_asked``."""
+    """Plain: the core's own candidate rows of each (event type, state), looked up and run; reference: every row
+    asked of the ``transitions`` tables."""
     bench = load_bench()
     plain, reference = bench.fresh_core(), bench.fresh_core("reference")
-    assert plain._fire_row == plain._fire_own and reference._fire_row == reference._fire_asked
-    assert reference.table is bench.REFERENCE.request
+    assert plain._asked is None and plain.table is plain._own_table
+    assert reference._asked is bench.REFERENCE.request is reference.table

@@ -91,7 +91,7 @@ class _NoStaleCheck(Lifecycle):
     def _request(self, event: Any, out: Any, top: bool) -> None:
         rec = self.records.get(event.rid)
         if rec is not None and isinstance(event, ev.StageEvent) and event.stage != rec.stage:
-            event = attrs.evolve(event, stage=rec.stage)
+            event = event._replace(stage=rec.stage)
         super()._request(event, out, top)
 
 

@@ -108,14 +108,14 @@ def records(draw: st.DrawFn, engine: Engine, state: ReqState) -> Record:
 def events_of(draw: st.DrawFn, event_type: type[ev.Event], rid: int, engine: Engine) -> ev.Event:
     """An event of ``event_type`` about ``rid``; RPC results mostly name an in-flight call."""
     kwargs: dict[str, Any] = {}
-    for field in attrs.fields(event_type):
-        if field.name == "rid":
+    for name in event_type.field_names():
+        if name == "rid":
             kwargs["rid"] = rid
-        elif field.name == "call_id":
+        elif name == "call_id":
             pending = sorted(engine.pending_rpcs)
             kwargs["call_id"] = draw(st.sampled_from(pending) | CALL_IDS if pending else CALL_IDS)
         else:
-            kwargs[field.name] = draw(EVENT_FIELDS[field.name])
+            kwargs[name] = draw(EVENT_FIELDS[name])
     if "stage" in kwargs:
         kwargs["stage"] = min(kwargs["stage"], len(engine.kinds) - 1)
     return event_type(**kwargs)
@@ -247,7 +247,7 @@ def canonical_valuations(state: ReqState, rowed: bool) -> Iterator[tuple[Record,
 
 
 def canonical_events(event_type: type[ev.Event], rid: int) -> Iterator[ev.Event]:
-    fields = attrs.fields_dict(event_type)
+    fields = event_type.field_names()
     names = [name for name in fields if name in EVENT_GRID]
     for values in itertools.product(*(EVENT_GRID[name] for name in names)):
         kwargs = dict(zip(names, values, strict=True))
@@ -335,13 +335,13 @@ def core_events(draw: st.DrawFn, lc: Lifecycle) -> ev.Event:
     tracked = sorted(lc.records)
     about_tracked = bool(tracked) and draw(st.integers(0, 3)) > 0
     kwargs: dict[str, Any] = {}
-    for field in attrs.fields(event_type):
-        if field.name == "rid":
+    for name in event_type.field_names():
+        if name == "rid":
             kwargs["rid"] = draw(st.sampled_from(tracked) if about_tracked else st.sampled_from(CLIENT_RIDS))
-        elif field.name == "call_id":
+        elif name == "call_id":
             kwargs["call_id"] = draw(CALL_IDS)
         else:
-            kwargs[field.name] = draw(EVENT_FIELDS[field.name])
+            kwargs[name] = draw(EVENT_FIELDS[name])
     if "stage" in kwargs:
         rec = lc.records.get(kwargs["rid"])
         current = rec.stage if rec is not None else 0

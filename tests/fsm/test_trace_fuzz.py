@@ -21,7 +21,6 @@ from omni_fsm import events as ev
 from omni_fsm import observations as ob
 from omni_fsm.cli import main as cli_main
 from omni_fsm.trace import INPUTS, OUTPUTS, TraceHeader, dump_trace, read_trace
-from omni_fsm.trace.codec import field_names
 
 KINDS = (StageKind.AR, StageKind.AR, StageKind.DIFFUSION)
 FINAL = (True, False, True)
@@ -65,7 +64,7 @@ JSON = st.recursive(
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
     max_leaves=12,
 )
-FIELD_NAMES = sorted({name for cls in (*INPUTS.values(), *OUTPUTS.values()) for name in field_names(cls)})
+FIELD_NAMES = sorted({name for cls in (*INPUTS.values(), *OUTPUTS.values()) for name in cls.field_names()})
 SMALL_JSON = st.none() | st.booleans() | st.integers(-2, 4) | st.sampled_from(["stop", "ar", "client", "sleep", ""])
 
 
