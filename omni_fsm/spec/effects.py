@@ -13,7 +13,7 @@ Every effect that reaches another request is declared in ``FAN_OUT``: whom it re
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 import attrs
@@ -147,12 +147,12 @@ FAN_OUT: Mapping[Effect, FanOut] = {
 }
 
 
-def reached(ctx: Context, rec: Record | None, reach: Reach) -> list[int]:
+def reached(ctx: Context, rec: Record | None, reach: Reach) -> Sequence[int]:
     """Return the ids ``reach`` reaches, in order (``rec``: the request whose effect it is, if any)."""
     records = ctx.records
     if reach is _DEPENDENTS:
-        if rec is None or not rec.fanout:  # most requests own no dependents
-            return []
+        if rec is None or not rec.fanout:  # most requests own no dependents (every terminal asks: no new list)
+            return ()
         dependents = (records.get(dependent_id(rec.rid, k)) for k in range(rec.fanout))
         return [d.rid for d in dependents if d is not None and d.state in LIVE]  # open: one that ended is not
     if reach is _HELD:
