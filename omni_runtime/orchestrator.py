@@ -491,7 +491,7 @@ class Orchestrator:
         routes = self.routes
         if not any(o.__class__ is ob.Dispatched and o.rid in routes for o in outputs):
             return outputs
-        return [attrs.evolve(o, replica=routes[o.rid].replica)
+        return [o._replace(replica=routes[o.rid].replica)
                 if o.__class__ is ob.Dispatched and o.rid in routes else o for o in outputs]
 
     def _hook_raised(self, event: ev.Event, exc: Exception) -> Commands:

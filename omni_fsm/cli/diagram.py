@@ -95,8 +95,8 @@ def _by_name(thing: Any) -> str:
 
 
 _ABORTING = frozenset({ReqState.ABORTING, ReqState.ABORTING_CHILDREN})
-_SAMPLES = frozenset({ev.ChildEnded, ev.CompanionEnded})
-_FAILURES = frozenset({ev.StageFailed, ev.ReplicaLost, ev.EngineFailed, ev.ShutdownAbort})
+_SAMPLES: frozenset[type[ev.Event]] = frozenset({ev.ChildEnded, ev.CompanionEnded})
+_FAILURES: frozenset[type[ev.Event]] = frozenset({ev.StageFailed, ev.ReplicaLost, ev.EngineFailed, ev.ShutdownAbort})
 #: The diagram's views: each a rule over the rows' events and states (no list of edges); every row of both
 #: tables is in at least one (tests/fsm/test_diagram.py says so).
 VIEWS: tuple[View, ...] = (
@@ -175,8 +175,9 @@ def render_lifecycle_markdown(spec: Spec = SPEC) -> str:
         f"<!-- Generated from omni_fsm/spec/table.py by omni_fsm/cli/diagram.py; do not edit. Run `{REGENERATE}`. -->",
         "",
         "One table (`omni_fsm.spec.table.SPEC`) is the whole lifecycle: rows `source --event [guards]--> target /"
-        " effects`, tried in order; the first row whose guards hold wins. The core's compiled fast path, the"
-        " `transitions` reference machine, the explorer and this page are all built from it.",
+        " effects`, tried in order; the first row whose guards hold wins. The core runs it as it reads (a dict of"
+        " each (state, event type)'s rows, built when the core is made); the `transitions` reference machine, the"
+        " explorer and this page are all built from it too.",
         "",
         "## States",
         "",

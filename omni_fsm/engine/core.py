@@ -12,34 +12,25 @@ row's effects do and whom they reach (``spec.effects``), how slots move (``spec.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Iterable
-from functools import lru_cache
+from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 
-from omni_fsm.engine.compiled import CompiledTable, policy_digest
+from omni_fsm.engine.selection import Candidate, Selection
 from omni_fsm.errors import ConfigError, InternalError, LifecycleError
 from omni_fsm.spec import events as ev
 from omni_fsm.spec import observations as ob
 from omni_fsm.spec import policy
-from omni_fsm.spec import programs as generated_programs
-from omni_fsm.spec import selection as generated_selection
-from omni_fsm.spec.effects import EFFECTS as _EFFECTS
-from omni_fsm.spec.effects import ENGINE_EFFECTS as _ENGINE_EFFECTS
 from omni_fsm.spec.effects import Effect, EngineFx, FanOut, Fx, Out, fan_out_effect, fan_out_engine_effect
 from omni_fsm.spec.effects import follow_interrupted as _follow_interrupted
-from omni_fsm.spec.guards import GUARDS, Guard
 from omni_fsm.spec.policy import INTAKE, MISS_POLICY, MISS_REWRITE, SPAWNED, STAGE_LIVE, CallId, Miss
 from omni_fsm.spec.record import Engine, Record, dependent_id, fanout
 from omni_fsm.spec.table import SPEC, Row, Spec
 from omni_fsm.spec.vocabulary import ReqState, Role, StageKind, pipeline_shape
 
-_id = id  # rows hash by value (attrs); the per-row plans are keyed by identity, a C-level hash
+_id = id  # a row's plan is found by the row's identity (a C-level hash), then by its value
 #: the event types about one request (the others are the engine's), as the intake declares them
 _PER_REQUEST = frozenset(kind for kind, intake in INTAKE.items() if intake.per_request)
 _CLIENT = Role.CLIENT
-_SPEC_POLICY = policy_digest(SPEC)
-#: ``fire(core, record, event, out)``: select the row and run it; return it (``None``: no row, nothing changed)
-Fire = Callable[["Lifecycle", Record, Any, "Out"], Row | None]
 
 __all__ = ["Counters", "Lifecycle", "Table", "dependent_id", "fanout"]
 
@@ -62,14 +53,16 @@ class Counters:
 
 
 class Table(Protocol):
-    """What the core needs of a table: the first row whose guards hold (the compiled table, the reference)."""
+    """What the core needs of a table it is given: the first row whose guards hold (the ``transitions`` reference)."""
 
     def select(self, subject: Any, event: Any, engine: Engine) -> Row | None: ...
 
 
-#: A row's plan: its effect functions, whether it ends the request, whether it frees / takes a slot
-#: (``None``: an abort is involved, decided when it fires).
-_Plan = tuple[tuple[Fx, ...], bool, bool | None, bool | None]
+#: A row's plan, resolved when the core is made: the row, its target, its effect functions, whether it ends the
+#: request, whether it frees / takes a slot (``None``: an abort is involved, decided when it fires).
+_Plan = tuple[Row, ReqState, tuple[Fx, ...], bool, bool | None, bool | None]
+#: A candidate row of one (event type, state) and its plan: ``when`` guards, ``unless`` guards, plan.
+_Step = tuple[tuple[Any, ...], tuple[Any, ...], _Plan]
 
 
 class Lifecycle:
@@ -79,6 +72,10 @@ class Lifecycle:
     a final-output stage); ``capacity`` is the number of running slots per stage.
     Internal request ids are the caller's: a request submitted as ``rid`` with ``n>1`` children
     or ``companions`` owns the ids ``rid+1 .. rid+n`` (or ``+companions``) for them.
+
+    Everything ``handle`` runs is read from ``spec`` when the core is made, into plain dicts: the candidate rows
+    of each (event type, state) with the guard functions they name, and each row's plan (its effect functions
+    and slot moves). Give it another ``Spec`` (``attrs.evolve(SPEC, ...)``) and it runs that one.
     """
 
     def __init__(self, kinds: Iterable[StageKind], final: Iterable[bool], capacity: int = 1 << 30,
@@ -90,52 +87,36 @@ class Lifecycle:
             raise ConfigError("capacity must be at least 1")
         self.spec = spec
         self.engine = Engine(kinds=kinds_t, final=final_t, capacity=capacity)
-        guards = tuple(GUARDS.items())
-        self.table = _compiled(spec.rows, guards)  # sets the inline index too (see the property)
-        self.engine_table: Table = _compiled(spec.engine_rows, guards)
         self.records: dict[int, Record] = {}
         #: dependent id -> the request that owns it, from a held parent's admission until the dependent is spawned
         #: (then it is a tracked record) or the parent released: derivable from the records (``restore`` does)
         self.reserved: dict[int, int] = {}
         self.counters = Counters()
-        # per row (by identity): its plan. The compiled table is shared by equal tables, so its rows may be equal
-        # copies of the spec's: both count.
-        shared = (r for rows in self.table.lookup.values() for _, _, r in rows)
-        self._plans: dict[int, _Plan] = {_id(r): self._plan(r) for r in (*spec.rows, *shared)}
-        self._on_terminal = self._effect_functions(spec.on_terminal, "on_terminal")
-        self._engine_effects = {_id(r): self._engine_effect_functions(r) for r in spec.engine_rows}
         self._queue: deque[ev.RequestEvent] = deque()
-        self._build_programs()
+        self._on_terminal = self._effect_functions(spec.on_terminal, "on_terminal")
+        own = Selection(spec.rows, spec.guards)
+        #: row -> its plan, by identity (a table put in may hold equal copies of the rows: ``_plan_of``)
+        self._plans: dict[int, _Plan] = {_id(r): self._plan(r) for r in spec.rows}
+        self._copies: dict[Row, _Plan] = {}
+        #: event type -> state -> the candidate rows with their plans, in match order: what ``handle`` runs
+        self._steps: dict[type, dict[Any, tuple[_Step, ...]]] = {
+            kind: {state: tuple(self._step(c) for c in rows) for state, rows in own.index.get(kind, {}).items()}
+            for kind in _PER_REQUEST}  # fmt: skip
+        self._own_table = own
+        self.table = own
+        self.engine_table: Table = Selection(spec.engine_rows, spec.guards)
+        self._engine_effects = {_id(r): self._engine_effect_functions(r) for r in spec.engine_rows}
 
     @property
     def table(self) -> Table:
-        """The request table the core selects rows from (the compiled one unless replaced)."""
+        """The request table the core selects rows from (the spec's own unless another is put in)."""
         return self._table
 
     @table.setter
     def table(self, table: Table) -> None:
         self._table = table
-        # ``_fire`` looks selectors up inline: ``event type -> state -> select(r, e, g)``; any other table is
-        # asked through ``select`` for every (state, event type)
-        self._index: Any = table.index if isinstance(table, CompiledTable) else {
-            kind: dict.fromkeys(ReqState, table.select) for kind in _PER_REQUEST}
-        if hasattr(self, "_plans"):  # replaced after construction (made in ``__init__`` once the plans are)
-            self._build_programs()
-
-    def _build_programs(self) -> None:
-        """Make each (event type, state)'s fire function: the generated row programs (``spec/programs.py``)
-        when this table selects with ``spec/selection.py`` and the spec's policy and the effect functions are the
-        ones they were made from, else the table's selector and each row's plan, the generic way (``_run_row``)."""
-        policy_made = _SPEC_POLICY if self.spec is SPEC else policy_digest(self.spec)
-        same_effects = _EFFECTS.keys() == generated_programs.MADE_WITH.keys() and all(
-            _EFFECTS[e] is f for e, f in generated_programs.MADE_WITH.items())
-        if self._index is generated_selection.INDEX and policy_made == generated_programs.MADE_FROM and same_effects:
-            made: dict[type, dict[ReqState, Fire]] = generated_programs.INDEX
-        else:
-            made = {kind: {state: _generic(select) for state, select in by_state.items()}
-                    for kind, by_state in self._index.items()}
-        #: event type -> state -> fire: every event type about a request (none for a state no row leaves on it)
-        self._firing: dict[type, dict[ReqState, Fire]] = {kind: made.get(kind, {}) for kind in _PER_REQUEST}
+        #: a table put in instead of the spec's own, asked for every row (``None``: the spec's candidates are run)
+        self._asked: Table | None = None if table is self._own_table else table
 
     # -- queries -------------------------------------------------------------------------
 
@@ -185,8 +166,7 @@ class Lifecycle:
         allowed in the current state, ``TypeError`` when ``event`` is no event.
         """
         out: Out = []
-        kind = type(event)  # a specialised call, where ``event.__class__`` is a generic attribute lookup
-        intake = INTAKE.get(kind)
+        intake = INTAKE.get(type(event))
         if intake is None:
             raise TypeError(f"Lifecycle.handle takes an event of omni_fsm.events, got {event!r}")
         if not intake.stage_scoped:
@@ -195,13 +175,12 @@ class Lifecycle:
             else:
                 self._engine(event, intake, out)
         else:  # a runtime's report about a request at a stage, the commonest event: ``_request``'s path, inline
-            rec = self.records.get(event.rid)  # type: ignore[attr-defined]
-            fire = None if rec is None or event.stage != rec.stage or rec.state not in STAGE_LIVE else (  # type: ignore[attr-defined]
-                self._firing[kind].get(rec.state))
-            if fire is None:  # unknown, stale or no row here: ``_request`` says which
-                self._request(event, out, True)  # type: ignore[arg-type]
-            elif fire(self, rec, event, out) is None:  # type: ignore[arg-type]
-                self._miss(rec, event, out)  # type: ignore[arg-type]
+            report: ev.StageEvent = event  # type: ignore[assignment]
+            rec = self.records.get(report.rid)
+            if rec is None or report.stage != rec.stage or rec.state not in STAGE_LIVE:
+                self._request(report, out, True)  # unknown or stale: ``_request`` says which
+            elif self._fire_row(rec, report, out) is None:
+                self._miss(rec, report, out)
         if self._queue:
             self.drain(out)
         return out
@@ -228,9 +207,7 @@ class Lifecycle:
             self.counters.dropped_stale += 1
             out.append(ob.Dropped(event.rid, type(event).__name__, "stale"))
             return
-        fire = self._firing[type(event)].get(rec.state)  # ``self._fire``, inline
-        if fire is None or fire(self, rec, event, out) is None:
-            self._miss(rec, event, out)
+        self._fire(rec, event, out)
 
     def _admit(self, event: ev.Submit, out: Out) -> None:
         """Make the record of a client's new request and fire its submit (refused: the record goes again)."""
@@ -257,32 +234,55 @@ class Lifecycle:
 
     def _fire(self, rec: Record, event: ev.RequestEvent, out: Out) -> Row:
         """Fire the row the table selects for ``event`` (none: what the event's origin says); return it."""
-        fire = self._firing[type(event)].get(rec.state)
-        row = None if fire is None else fire(self, rec, event, out)
+        row = self._fire_row(rec, event, out)
         return self._miss(rec, event, out) if row is None else row
 
-    def _run_row(self, row: Row, rec: Record, event: ev.RequestEvent, out: Out) -> Row:
-        """Run ``row`` on ``rec`` from its plan, the generic way (what a generated row program runs straight)."""
-        effects, terminal, free, take = self._plans[_id(row)]
+    def _fire_row(self, rec: Record, event: Any, out: Out) -> Row | None:
+        """Run the first candidate row of (event type, state) whose guards hold (every ``when`` guard holds, no
+        ``unless`` guard does), in table order: its target, its effects, its slot moves, the terminal effects.
+        Return the row (``None``: no row, nothing changed)."""
+        asked = self._asked
+        steps = self._steps[type(event)].get(rec.state) if asked is None else self._asked_steps(asked, rec, event)
+        if steps is None:
+            return None
+        engine = self.engine
+        for when, unless, plan in steps:  # noqa: B007 - the candidate the loop stops at is run below
+            for guard in when:
+                if not guard(rec, event, engine):
+                    break  # a ``when`` guard fails: the next candidate
+            else:
+                for guard in unless:
+                    if guard(rec, event, engine):
+                        break  # an ``unless`` guard holds: the next candidate
+                else:
+                    break  # every guard as the row wants it: this candidate
+        else:
+            return None  # no candidate holds: no row
+        row, target, effects, terminal, free, take = plan
         source, held_stage = rec.state, rec.stage
         if free is None:  # an abort is involved: slots follow the state it interrupted (or restores)
             held = policy.holds_slot(source, rec.resume, self.spec.holds_slot)
-        rec.state = row.target  # type: ignore[assignment]
+        rec.state = target
         for effect in effects:
             effect(self, rec, event, source, out)
         if free is None:
-            holds = policy.holds_slot(rec.state, rec.resume, self.spec.holds_slot)
+            holds = policy.holds_slot(target, rec.resume, self.spec.holds_slot)
             free, take = policy.slot_moves(held, holds, rec.stage != held_stage)
         if free:
-            self.engine.slots_used[held_stage] -= 1
+            engine.slots_used[held_stage] -= 1
             out.append(ob.SlotFreed(rec.rid, held_stage))
         if take:
-            self.engine.slots_used[rec.stage] += 1
+            engine.slots_used[rec.stage] += 1
             out.append(ob.SlotTaken(rec.rid, rec.stage))
         if terminal:
             for effect in self._on_terminal:
                 effect(self, rec, event, source, out)
         return row
+
+    def _asked_steps(self, table: Table, rec: Record, event: Any) -> tuple[_Step, ...] | None:
+        """Return the row a table put in selects as the one candidate, unguarded (``None``: it selects none)."""
+        row = table.select(rec, event, self.engine)
+        return None if row is None else (((), (), self._plan_of(row)),)
 
     def _miss(self, rec: Record, event: ev.RequestEvent, out: Out) -> Row:
         """No row: what the event's origin says (refuse, fail the request, or a bug of the core)."""
@@ -350,49 +350,50 @@ class Lifecycle:
 
     # -- building: each row's effects and slot moves, resolved once --------------------------
 
+    def _step(self, candidate: Candidate) -> _Step:
+        """Return a candidate row with its plan in place of the row."""
+        when, unless, row = candidate
+        return when, unless, self._plans[_id(row)]
+
+    def _plan_of(self, row: Row) -> _Plan:
+        """Return the plan of a row a table put in selected (the spec's row, or an equal copy of one)."""
+        plan = self._plans.get(_id(row))
+        if plan is None:
+            plan = self._copies.get(row)
+            if plan is None:
+                plan = self._copies[row] = self._plan(row)
+        return plan
+
     def _plan(self, row: Row) -> _Plan:
-        """Return a row's effect functions, whether it ends the request, and whether it frees / takes a slot."""
+        """Return a row's plan: the row, its target, its effect functions, whether it ends the request, and
+        whether it frees / takes a slot."""
         effects = self._effect_functions(row.effects, row, row.resume_to)
         plan = policy.slot_plan(row.source, row.target, row.effects, self.spec.holds_slot)  # type: ignore[arg-type]
-        return effects, plan.terminal, plan.free, plan.take
+        return row, row.target, effects, plan.terminal, plan.free, plan.take  # type: ignore[return-value]
 
     def _effect_functions(self, effects: tuple[Effect, ...], where: object, resume_to: Any = None) -> tuple[Fx, ...]:
-        """Return the functions of request-level ``effects``; an engine effect on a request row is a table bug,
-        and so is ``FOLLOW_INTERRUPTED`` without a ``resume_to`` still bound to the stage."""
-        fan_out = self.spec.fan_out
-        unknown = [e for e in effects if e not in _EFFECTS and e not in fan_out and e is not Effect.FOLLOW_INTERRUPTED]
+        """Return the functions of request-level ``effects`` as the spec has them; an engine effect on a request row
+        is a table bug, and so is ``FOLLOW_INTERRUPTED`` without a ``resume_to`` still bound to the stage."""
+        spec = self.spec
+        unknown = [e for e in effects
+                   if e not in spec.effects and e not in spec.fan_out and e is not Effect.FOLLOW_INTERRUPTED]
         if unknown:
             raise ConfigError(f"{where!r}: {', '.join(e.name for e in unknown)} has no meaning for a request")
         problem = policy.row_problem(effects, resume_to)
         if problem is not None:
             raise ConfigError(f"{where!r}: {problem}")
-        return tuple(_request_effect(e, fan_out, resume_to) for e in effects)
+        return tuple(_request_effect(e, spec.effects, spec.fan_out, resume_to) for e in effects)
 
     def _engine_effect_functions(self, row: Row) -> tuple[EngineFx, ...]:
-        """Return the functions of an engine row's effects (fan-outs as the spec declares them)."""
-        fan_out = self.spec.fan_out
-        return tuple(fan_out_engine_effect(fan_out[e]) if e in fan_out else _ENGINE_EFFECTS[e] for e in row.effects)
+        """Return the functions of an engine row's effects as the spec has them (fan-outs as it declares them)."""
+        fan_out, functions = self.spec.fan_out, self.spec.engine_effects
+        return tuple(fan_out_engine_effect(fan_out[e]) if e in fan_out else functions[e] for e in row.effects)
 
 
-def _request_effect(effect: Effect, fan_out: Any, resume_to: Any) -> Fx:
+def _request_effect(effect: Effect, functions: Mapping[Effect, Fx], fan_out: Mapping[Effect, FanOut],
+                    resume_to: Any) -> Fx:
     """Return what ``effect`` does on a request row."""
     if effect is Effect.FOLLOW_INTERRUPTED:
         return _follow_interrupted(resume_to)
-    spread: FanOut | None = fan_out.get(effect)
-    return _EFFECTS[effect] if spread is None else fan_out_effect(spread)
-
-
-@lru_cache(maxsize=32)
-def _compiled(rows: tuple[Row, ...], guards: tuple[tuple[str, Guard], ...]) -> CompiledTable:
-    """Return the selection of ``rows`` over ``guards`` (made once per table and guard set)."""
-    return CompiledTable(rows, dict(guards))
-
-
-def _generic(select: Any) -> Fire:
-    """Return the fire function that asks ``select`` for the row and runs its plan (``Lifecycle._run_row``)."""
-
-    def fire(core: Lifecycle, rec: Record, event: Any, out: Out) -> Row | None:
-        row = select(rec, event, core.engine)
-        return None if row is None else core._run_row(row, rec, event, out)
-
-    return fire
+    spread = fan_out.get(effect)
+    return functions[effect] if spread is None else fan_out_effect(spread)

@@ -3,8 +3,7 @@
 Each table gets ONE shared, static ``transitions.Machine(model=None)`` (never one per request,
 never ``add_model``): every row becomes one transition, added in table order, so the library's
 "first transition whose conditions pass wins" is the table's first match. It is slow and
-plainly correct; the tests hold the fast path (``engine.compiled.CompiledTable``: the generated
-``spec/selection.py`` for ``SPEC``) to it.
+plainly correct; the tests hold the core's own selection (``engine.selection``) to it.
 Imported lazily: ``import omni_fsm`` never loads ``transitions``.
 """
 
@@ -12,7 +11,7 @@ from __future__ import annotations
 
 import enum
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import attrs
@@ -107,19 +106,20 @@ def _static_machine(rows: tuple[Row, ...], states: type[enum.Enum],
 
 
 class ReferenceTable:
-    """``CompiledTable``'s interface, answered by the table's shared static ``transitions`` machine."""
+    """``Selection``'s interface, answered by the table's shared static ``transitions`` machine."""
 
     __slots__ = ("_static", "rows")
 
-    def __init__(self, rows: tuple[Row, ...], states: type[enum.Enum] | None = None) -> None:
+    def __init__(self, rows: tuple[Row, ...], states: type[enum.Enum] | None = None,
+                 guards: Mapping[str, Guard] = GUARDS) -> None:
         if states is None:
             if not rows:
                 raise ConfigError("an empty table needs its states named")
             states = type(rows[0].source)
         names = {g for r in rows for g in (*r.when, *r.unless)}
-        check_guard_names(names)
+        check_guard_names(names, guards)
         self.rows = rows
-        self._static = _static_machine(rows, states, tuple((g, GUARDS[g]) for g in sorted(names)))
+        self._static = _static_machine(rows, states, tuple((g, guards[g]) for g in sorted(names)))
 
     @property
     def machine(self) -> Any:
@@ -145,8 +145,9 @@ class Reference:
 
 @functools.cache
 def build_reference(spec: Spec = SPEC) -> Reference:
-    """Return the (cached) reference executors built from ``spec``'s two tables."""
-    return Reference(ReferenceTable(spec.rows, ReqState), ReferenceTable(spec.engine_rows, EngineState))
+    """Return the (cached) reference executors built from ``spec``'s two tables and the guards it carries."""
+    return Reference(ReferenceTable(spec.rows, ReqState, spec.guards),
+                     ReferenceTable(spec.engine_rows, EngineState, spec.guards))
 
 
 __all__ = ["Reference", "ReferenceTable", "build_reference"]

@@ -52,6 +52,7 @@ from omni_fsm.explore.world import (
 )
 from omni_fsm.invariants import Monitor
 from omni_fsm.invariants.monitor import VIEW_FIELDS
+from omni_fsm.spec import events as ev
 from omni_fsm.spec.record import ENGINE_FIELDS, RECORD_FIELDS
 from omni_fsm.spec.table import SPEC, Spec
 from omni_fsm.spec.vocabulary import StopKind
@@ -184,7 +185,7 @@ class Explorer:
         counters = self.lc.counters
         crossed = counters.fanned_out_across
         violations: list[tuple[str, str]] = []
-        for one in event if isinstance(event, tuple) else (event,):
+        for one in (event,) if isinstance(event, ev.Event) else event:
             self.calls["core"] += 1
             try:
                 outputs = self.lc.handle(one)

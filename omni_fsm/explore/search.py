@@ -250,9 +250,9 @@ def symmetric(state: tuple[int, ...]) -> tuple[int, ...]:
 
 def rebase(event: Any, base: int) -> Any:
     """Return ``event`` (or a macro of events) with its request ids moved up by ``base``."""
-    if isinstance(event, tuple):
+    if not isinstance(event, ev.Event):  # a macro step: a plain tuple of events
         return tuple(rebase(e, base) for e in event)
-    return attrs.evolve(event, rid=event.rid + base) if base and isinstance(event, ev.RequestEvent) else event
+    return event._replace(rid=event.rid + base) if base and isinstance(event, ev.RequestEvent) else event  # type: ignore[attr-defined]
 
 
 class Links(Protocol):
@@ -271,7 +271,7 @@ def shortest_path(parents: Links, sid: int, block: int) -> tuple[ev.Event, ...]:
 
 
 def flat_events(step: Step) -> tuple[ev.Event, ...]:
-    return step if isinstance(step, tuple) else (step,)
+    return (step,) if isinstance(step, ev.Event) else step
 
 
 # -- liveness ----------------------------------------------------------------------------------------

@@ -136,7 +136,7 @@ def family_events(bound: Bound, stop_kinds: tuple[StopKind, ...], eng: tuple[Any
 
 def _illegal(lc: Lifecycle, eng: tuple[Any, ...], recs: Any, event: Step) -> bool:
     """Return whether the table has no row for this runtime report (it would fail the request)."""
-    if isinstance(event, tuple) or event.ORIGIN != ev.RUNTIME or not isinstance(event, ev.StageEvent):
+    if not isinstance(event, ev.StageEvent) or event.ORIGIN != ev.RUNTIME:  # a macro step is no event
         return False
     snap = dict(recs).get(event.rid)
     if snap is None or snap[_REC_STAGE] != event.stage:
@@ -177,6 +177,6 @@ def _family_of(cls: type[ev.Event]) -> str:
 
 def is_progress(step: Step) -> bool:
     """Return whether every event of ``step`` is progress (in ``PROGRESS``)."""
-    if isinstance(step, tuple):
-        return all(type(e) in PROGRESS for e in step)
-    return type(step) in PROGRESS
+    if isinstance(step, ev.Event):
+        return type(step) in PROGRESS
+    return all(type(e) in PROGRESS for e in step)

@@ -65,7 +65,7 @@ def client_streams(history: Iterable[Step]) -> dict[Stream, list[ob.Observation]
             elif isinstance(o, ob.AbortAnswered) and o.parent is None:  # a parent's answer never reaches a client
                 if o.call_id is not None:
                     own = calls.setdefault(o.rid, {})
-                    o = attrs.evolve(o, call_id=own.setdefault(o.call_id, len(own)))
+                    o = o._replace(call_id=own.setdefault(o.call_id, len(own)))
                 request = named.get(o.rid, o.rid)
                 streams.setdefault((request, ABORTS), []).append(_unnamed(o, request))
     return streams
@@ -73,7 +73,7 @@ def client_streams(history: Iterable[Step]) -> dict[Stream, list[ob.Observation]
 
 def _unnamed(o: Any, request: Request) -> ob.Observation:
     """Return ``o`` without the engine's id where the request has the client's own (runs may number it apart)."""
-    made: ob.Observation = attrs.evolve(o, rid=-1) if isinstance(request, str) else o
+    made: ob.Observation = o._replace(rid=-1) if isinstance(request, str) else o
     return made
 
 

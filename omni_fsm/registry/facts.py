@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Collection, Iterable, Mapping
+from typing import Any
 
 import attrs
 
@@ -147,14 +148,22 @@ def _carrier(f: Fields, lines: Lines, entry: str) -> Carrier:
 # -- the fields a trace carries ---------------------------------------------------------------
 
 
+def _field_names(cls: Any) -> tuple[str, ...]:
+    """Return the field names of an event or observation class (or of a base class that declares some: ``rid``), of
+    an attrs class, else none."""
+    if hasattr(cls, "field_names"):
+        return cls.field_names()  # type: ignore[no-any-return]
+    return tuple(a.name for a in attrs.fields(cls)) if attrs.has(cls) else ()
+
+
 def observable_fields(classes: Iterable[type]) -> dict[str, frozenset[str]]:
-    """Return class name -> attrs field names of ``classes``, and of their base classes that have fields."""
+    """Return class name -> field names of ``classes``, and of their base classes that declare fields."""
     fields: dict[str, frozenset[str]] = {}
     for cls in classes:
-        fields[cls.__name__] = frozenset(a.name for a in attrs.fields(cls))
+        fields[cls.__name__] = frozenset(_field_names(cls))
         for base in cls.__mro__[1:]:
-            if attrs.has(base) and attrs.fields(base):  # ``StageEvent.stage``: every runtime report's
-                fields[base.__name__] = frozenset(a.name for a in attrs.fields(base))
+            if names := _field_names(base):  # ``StageEvent.stage``: every runtime report's
+                fields[base.__name__] = frozenset(names)
     return fields
 
 

@@ -13,7 +13,7 @@ Every effect that reaches another request is declared in ``FAN_OUT``: whom it re
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 import attrs
@@ -113,6 +113,7 @@ class Reach(IdentityHashedEnum):
     HELD = "every request held (PENDING) while the engine was paused, in id order"
 
 
+_DEPENDENTS, _HELD = Reach.DEPENDENTS, Reach.HELD  # bound once, as the members below (``_CHILD``...)
 #: The reaches that go beyond a request's own family (itself, its samples or companions, its parent): every
 #: effect with one of them is counted as it runs (``Context.crossed``), so that whoever computes one family's
 #: steps alone (the explorer's reduction) knows when that was not enough.
@@ -146,15 +147,15 @@ FAN_OUT: Mapping[Effect, FanOut] = {
 }
 
 
-def reached(ctx: Context, rec: Record | None, reach: Reach) -> list[int]:
+def reached(ctx: Context, rec: Record | None, reach: Reach) -> Sequence[int]:
     """Return the ids ``reach`` reaches, in order (``rec``: the request whose effect it is, if any)."""
     records = ctx.records
-    if reach is Reach.DEPENDENTS:
-        if rec is None or not rec.fanout:  # most requests own no dependents
-            return []
+    if reach is _DEPENDENTS:
+        if rec is None or not rec.fanout:  # most requests own no dependents (every terminal asks: no new list)
+            return ()
         dependents = (records.get(dependent_id(rec.rid, k)) for k in range(rec.fanout))
         return [d.rid for d in dependents if d is not None and d.state in LIVE]  # open: one that ended is not
-    if reach is Reach.HELD:
+    if reach is _HELD:
         return [rid for rid, r in sorted(records.items()) if r.state is HELD_STATE]
     # every *other* open request (the request whose row it is has moved already; one that ended is not open)
     own = -1 if rec is None else rec.rid
@@ -166,14 +167,14 @@ def fan_out_effect(fan_out: FanOut) -> Fx:
     """Return the request effect that sends ``fan_out.event`` to every request it reaches."""
     make, reach = fan_out.event, fan_out.reach
 
-    crossing, by_parent = reach in CROSSING, fan_out.by_parent
+    crossing, by_parent, drains = reach in CROSSING, fan_out.by_parent, reach is Reach.EVERY_OPEN
 
     def effect(ctx: Context, rec: Record, event: Any, source: ReqState, out: Out) -> None:
         if crossing:
             ctx.crossed()
         for rid in reached(ctx, rec, reach):
             ctx.enqueue(make(rid, parent=rec.rid) if by_parent else make(rid))  # type: ignore[call-arg]
-        if reach is Reach.EVERY_OPEN:
+        if drains:
             ctx.drain(out)  # every open request ends before the next effect
 
     return effect
@@ -183,14 +184,14 @@ def fan_out_engine_effect(fan_out: FanOut) -> EngineFx:
     """Return the engine effect that sends ``fan_out.event`` to every request it reaches."""
     make, reach = fan_out.event, fan_out.reach
 
-    crossing = reach in CROSSING
+    crossing, drains = reach in CROSSING, reach is Reach.EVERY_OPEN
 
     def effect(ctx: Context, event: Any, out: Out) -> None:
         if crossing:
             ctx.crossed()
         for rid in reached(ctx, None, reach):
             ctx.enqueue(make(rid))
-        if reach is Reach.EVERY_OPEN:
+        if drains:
             ctx.drain(out)  # every open request ends before the engine's next effect
 
     return effect
@@ -198,6 +199,10 @@ def fan_out_engine_effect(fan_out: FanOut) -> EngineFx:
 
 # -- request effects ------------------------------------------------------------------------------
 
+# The members the effects compare with, bound once (an effect runs on most events; on Python 3.11 reading
+# ``Kind.MEMBER`` passes through ``EnumType.__getattr__``'s hook, about ten times the cost of a module global).
+_CLIENT, _CHILD, _COMPANION = Role.CLIENT, Role.CHILD, Role.COMPANION
+_FINISHED, _ABORTED, _AR, _STOP = Outcome.FINISHED, Outcome.ABORTED, StageKind.AR, FinishReason.STOP
 #: the stage a request spawned in each role ends at: a companion at stage 0 (it conditions the parent's first
 #: stage), a sample where its parent ends
 _COMPANION_LAST_STAGE = 0
@@ -207,12 +212,12 @@ PARENTS: frozenset[ReqState] = frozenset({ReqState.AWAITING_CHILDREN, ReqState.A
 
 def client_of(rec: Record) -> tuple[int, int]:
     """Return whom a record's outputs reach: ``(client id, sample index)`` (``-1``: not a sample)."""
-    return (rec.parent, rec.sample) if rec.role is Role.CHILD else (rec.rid, -1)
+    return (rec.parent, rec.sample) if rec.role is _CHILD else (rec.rid, -1)
 
 
 def spawn(ctx: Context, parent: Record, role: Role, count: int, out: Out) -> None:
     """Create ``count`` dependents of ``parent`` in ``role`` and queue their submits."""
-    last = _COMPANION_LAST_STAGE if role is Role.COMPANION else parent.last_stage
+    last = _COMPANION_LAST_STAGE if role is _COMPANION else parent.last_stage
     for k in range(count):
         rid = dependent_id(parent.rid, k)
         ctx.records[rid] = Record(rid, role=role, parent=parent.rid, last_stage=last, sample=k)
@@ -225,11 +230,11 @@ def _dispatch(ctx: Context, rec: Record, event: Any, source: ReqState, out: Out)
 
 
 def _spawn_children(ctx: Context, rec: Record, event: Any, source: ReqState, out: Out) -> None:
-    spawn(ctx, rec, Role.CHILD, rec.fanout, out)
+    spawn(ctx, rec, _CHILD, rec.fanout, out)
 
 
 def _spawn_companions(ctx: Context, rec: Record, event: Any, source: ReqState, out: Out) -> None:
-    spawn(ctx, rec, Role.COMPANION, rec.companions_left, out)
+    spawn(ctx, rec, _COMPANION, rec.companions_left, out)
 
 
 def _accumulate(ctx: Context, rec: Record, event: Any, source: ReqState, out: Out) -> None:
@@ -237,7 +242,7 @@ def _accumulate(ctx: Context, rec: Record, event: Any, source: ReqState, out: Ou
 
 
 def _emit_partial(ctx: Context, rec: Record, event: Any, source: ReqState, out: Out) -> None:
-    if rec.role is Role.CHILD:  # a sample's outputs reach its parent's client (``client_of``, spelt out: the hot path)
+    if rec.role is _CHILD:  # a sample's outputs reach its parent's client (``client_of``, spelt out: the hot path)
         out.append(ob.Emitted(rec.parent, rec.stage, event.tokens, rec.tokens, sample=rec.sample))
     else:
         out.append(ob.Emitted(rec.rid, rec.stage, event.tokens, rec.tokens))
@@ -246,7 +251,7 @@ def _emit_partial(ctx: Context, rec: Record, event: Any, source: ReqState, out: 
 def _emit_stage_final(ctx: Context, rec: Record, event: Any, source: ReqState, out: Out) -> None:
     client, sample = client_of(rec)
     stop = getattr(event, "stop", None)  # a stage's finish says how; a companion's gate opening is a plain stop
-    reason = FinishReason.STOP if stop is None else STOP_REASON[stop]
+    reason = _STOP if stop is None else STOP_REASON[stop]
     out.append(ob.Emitted(client, rec.stage, 0, rec.tokens, stage_final=True, reason=reason, sample=sample))
 
 
@@ -310,27 +315,27 @@ def _answer_abort_failed(ctx: Context, rec: Record, event: Any, source: ReqState
 
 def _answer_open_aborts(ctx: Context, rec: Record, event: Any, source: ReqState, out: Out) -> None:
     if rec.abort_calls:  # overtaken (a failure, the engine's death, a shutdown, samples ending otherwise)
-        answer_aborts(rec, TERMINAL_OUTCOME[rec.state][0] is Outcome.ABORTED, out)
+        answer_aborts(rec, TERMINAL_OUTCOME[rec.state][0] is _ABORTED, out)
 
 
 def _emit_terminal(ctx: Context, rec: Record, event: Any, source: ReqState, out: Out) -> None:
     outcome, reason = TERMINAL_OUTCOME[rec.state]
     eng = ctx.engine
-    keeps_prefix = eng.kinds[rec.stage] is StageKind.AR and eng.final[rec.stage]
-    cumulative = rec.tokens if (outcome is not Outcome.ABORTED or keeps_prefix) else 0
-    if rec.role is Role.CLIENT:  # an n>1 parent ends where its samples ended: the last stage
+    keeps_prefix = eng.kinds[rec.stage] is _AR and eng.final[rec.stage]
+    cumulative = rec.tokens if (outcome is not _ABORTED or keeps_prefix) else 0
+    if rec.role is _CLIENT:  # an n>1 parent ends where its samples ended: the last stage
         stage = rec.last_stage if source in PARENTS else rec.stage
         out.append(ob.Emitted(rec.rid, stage, 0, cumulative, finished=True, outcome=outcome, reason=reason))
-    elif rec.role is Role.CHILD:  # one sample ends; the parent's terminal comes after the last
+    elif rec.role is _CHILD:  # one sample ends; the parent's terminal comes after the last
         out.append(ob.Emitted(rec.parent, rec.stage, 0, cumulative, stage_final=True, outcome=outcome,
                               reason=reason, sample=rec.sample))
 
 
 def _notify_parent(ctx: Context, rec: Record, event: Any, source: ReqState, out: Out) -> None:
-    if rec.role is Role.CHILD:
+    if rec.role is _CHILD:
         ctx.enqueue(ev.ChildEnded(rec.parent, rec.state))
-    elif rec.role is Role.COMPANION:
-        ok = TERMINAL_OUTCOME[rec.state][0] is Outcome.FINISHED
+    elif rec.role is _COMPANION:
+        ok = TERMINAL_OUTCOME[rec.state][0] is _FINISHED
         ctx.enqueue(ev.CompanionEnded(rec.parent, ok))
 
 

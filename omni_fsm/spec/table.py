@@ -1,9 +1,9 @@
 """THE request lifecycle: one table, read top to bottom, grouped by source state.
 
 Everything that decides a transition is in this file, the named guards its rows test
-(``guards.py``: one function each) and the policy around the table (``policy.py``: what is
-dropped before a row is selected, what a miss does, how slots move). The core
-(``omni_fsm.engine``) executes them and decides nothing of its own.
+(``guards.py``: one function each), what each effect does (``effects.py``) and the policy around the
+table (``policy.py``: what is dropped before a row is selected, what a miss does, how slots move). The
+core (``omni_fsm.engine``) runs them as ``SPEC`` carries them and decides nothing of its own.
 
 A row reads ``source --event [when, not unless]--> target / effects``; for one source state and
 event type the first row whose guards hold wins, so rows of the same event are in match order.
@@ -18,13 +18,13 @@ same way.
 from __future__ import annotations
 
 import enum
-import hashlib
 from collections.abc import Mapping
 
 import attrs
 
 from omni_fsm.spec import events as ev
-from omni_fsm.spec.effects import FAN_OUT, Effect, FanOut
+from omni_fsm.spec.effects import EFFECTS, ENGINE_EFFECTS, FAN_OUT, Effect, EngineFx, FanOut, Fx
+from omni_fsm.spec.guards import GUARDS, Guard
 from omni_fsm.spec.policy import MISS_POLICY, STAGE_LIVE, Miss
 from omni_fsm.spec.vocabulary import HOLDS_SLOT, EngineState, ReqState
 
@@ -409,12 +409,16 @@ ENGINE_ROWS: tuple[Row, ...] = (
 
 @attrs.frozen(repr=False)
 class Spec:
-    """A complete lifecycle specification: what the core, the machine and the explorer run.
+    """A complete lifecycle specification: everything that decides a step, and what the core, the machine and
+    the explorer run.
 
-    The canonical one is ``SPEC``; the test suite builds faulty variants of it (historic bugs
-    re-injected) with ``attrs.evolve``: its rows, its terminal cleanup, the states that hold a
-    slot and whom each cross-request effect reaches (``fan_out``). Its repr names it and counts
-    its rows (the rows are ``rows`` and ``engine_rows``).
+    The canonical one is ``SPEC``. A variant is made with ``attrs.evolve`` and runs as it reads, with nothing
+    to regenerate: its rows, the guard functions they name (``guards``), the functions of the request and engine
+    effects (``effects``, ``engine_effects``), its terminal cleanup, the states that hold a slot and whom each
+    cross-request effect reaches (``fan_out``); e.g.
+    ``attrs.evolve(SPEC, guards={**SPEC.guards, "engine_sleeping": lambda record, event, engine: False})``.
+    The test suite builds faulty variants this way (historic bugs re-injected). Its repr names it and counts its
+    rows (the rows are ``rows`` and ``engine_rows``).
     """
 
     rows: tuple[Row, ...]
@@ -423,24 +427,19 @@ class Spec:
     holds_slot: frozenset[ReqState] = HOLDS_SLOT
     name: str = "omni-fsm lifecycle"
     fan_out: Mapping[Effect, FanOut] = attrs.field(default=FAN_OUT, hash=False)
+    #: guard name -> its function: every name a row may use
+    guards: Mapping[str, Guard] = attrs.field(default=GUARDS, hash=False)
+    #: request effect -> what it does (the fan-out ones: ``fan_out``; ``FOLLOW_INTERRUPTED``: the row's ``resume_to``)
+    effects: Mapping[Effect, Fx] = attrs.field(default=EFFECTS, hash=False)
+    #: engine (control-plane) effect -> what it does (the fan-out ones: ``fan_out``)
+    engine_effects: Mapping[Effect, EngineFx] = attrs.field(default=ENGINE_EFFECTS, hash=False)
 
     def __repr__(self) -> str:
         return f"<Spec {self.name!r}: {len(self.rows)} request rows, {len(self.engine_rows)} engine rows>"
-
-
-def rows_digest(rows: tuple[Row, ...]) -> str:
-    """Return a digest of ``rows`` (sources, events, targets, guard names, effects, in order): equal rows, equal
-    digests, on any machine."""
-    def name(value: object) -> str:
-        return getattr(value, "__name__", None) or getattr(value, "name", None) or repr(value)
-
-    text = "\n".join(f"{name(r.source)} {name(r.event)} {name(r.target)} {r.when} {r.unless} "
-                     f"{[e.name for e in r.effects]} {name(r.resume_to)}" for r in rows)  # fmt: skip
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 #: The lifecycle specification: the request table and the engine's control-plane table.
 SPEC = Spec(REQUEST_ROWS, ENGINE_ROWS)
 
 __all__ = ["ENGINE_ROWS", "MISS_POLICY", "ON_TERMINAL", "REQUEST_ROWS", "SPEC", "STAGE_LIVE", "Effect", "Miss", "Row",
-           "Spec", "Transition", "on", "rows_digest", "rows_from"]  # fmt: skip
+           "Spec", "Transition", "on", "rows_from"]  # fmt: skip

@@ -80,8 +80,9 @@ _AT_LEAST_FOR: dict[tuple[type, str], int | None] = {
 }
 #: The fields version 2 added, by class: a version-1 line has none of them and reads as their defaults (the abort
 #: call's identity, and the replica a request is bound to and a report comes from).
+_REPLICA_ADDED: tuple[type, ...] = (*ev.STAGE_REPORTS, ob.Dispatched)
 ADDED_IN_2: dict[type, frozenset[str]] = {
-    **{cls: frozenset({"replica"}) for cls in (*ev.STAGE_REPORTS, ob.Dispatched)},
+    **{cls: frozenset({"replica"}) for cls in _REPLICA_ADDED},
     **{cls: frozenset({"call_id", "parent"}) for cls in (ev.Abort, ob.AbortRequested, ob.AbortAnswered)},
 }
 #: The fields version 3 added: the client's own request id on ``Submit`` (what pairs two runs' requests).
@@ -163,12 +164,12 @@ class _Field:
     is_stage: bool
 
 
-def _fields(cls: type) -> tuple[_Field, ...]:
+def _fields(cls: type[Item]) -> tuple[_Field, ...]:
     hints = typing.get_type_hints(cls)
     fields: list[_Field] = []
-    for f in attrs.fields(cls):
-        least = _AT_LEAST_FOR.get((cls, f.name), _AT_LEAST.get(f.name))
-        fields.append(_Field(f.name, _decoder(hints[f.name]), least, f.name in _STAGE_FIELDS))
+    for name in cls.field_names():
+        least = _AT_LEAST_FOR.get((cls, name), _AT_LEAST.get(name))
+        fields.append(_Field(name, _decoder(hints[name]), least, name in _STAGE_FIELDS))
     return tuple(fields)
 
 

@@ -16,9 +16,8 @@ import pytest
 from faulty_runtimes import DoubleFinish, OutputAfterAbort, SwallowedRpcError
 from helpers import demo_pipeline, monitored_engine, verdict
 
-from omni_fsm import ControlMethod, Effect, Outcome, StageKind
+from omni_fsm import SPEC, ControlMethod, Effect, Outcome, StageKind
 from omni_fsm import observations as ob
-from omni_fsm.engine import core
 from omni_fsm.invariants import CHECKS
 from omni_runtime import Engine, OmniRuntimeError, Orchestrator, Prompt, simple_pipeline
 from omni_runtime import orchestrator as orchestrator_module
@@ -292,14 +291,14 @@ def test_b8_ar_abort_delivers_the_generated_prefix():
 def _b8_core_sizes_no_prefix(monkeypatch: pytest.MonkeyPatch) -> None:
     """B8 switched into the core: an AR abort's terminal is sized as if it kept nothing (the rule that a
     final AR stage keeps its generated prefix is missing)."""
-    emit = core._EFFECTS[Effect.EMIT_TERMINAL]
+    emit = SPEC.effects[Effect.EMIT_TERMINAL]
 
     def sized_without_prefix(lc, rec, event, source, out):
         emit(lc, rec, event, source, out)
         if out and isinstance(out[-1], ob.Emitted) and out[-1].outcome is Outcome.ABORTED:
-            out[-1] = attrs.evolve(out[-1], cumulative=0)
+            out[-1] = out[-1]._replace(cumulative=0)
 
-    monkeypatch.setitem(core._EFFECTS, Effect.EMIT_TERMINAL, sized_without_prefix)
+    monkeypatch.setitem(SPEC.effects, Effect.EMIT_TERMINAL, sized_without_prefix)
 
 
 def _b8_orchestrator_renders_no_prefix(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,8 +1,8 @@
 """Historic lifecycle bugs (historic-bugs.md) re-injected into our core: one definition per bug.
 
 Each ``bN_*`` function returns a ``Spec`` that differs from ``SPEC`` in exactly the way the bug
-did, except B13, whose fault is in an effect, not the table: ``b13_empty_terminal_skipped``
-switches it in for one test. ``edit_rows`` is the one table editor the tests share.
+did, except B13, whose fault is in an effect's body: ``b13_empty_terminal_skipped`` switches it
+into the effect functions ``SPEC`` carries for one test. ``edit_rows`` is the one table editor the tests share.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ import pytest
 
 from omni_fsm import ON_TERMINAL, PARKED, SPEC, Effect, EngineState, ReqState, Row, Spec
 from omni_fsm import events as ev
-from omni_fsm.engine import core
 from omni_fsm.explore.explorer import Bound
 
 S = ReqState
@@ -107,13 +106,13 @@ def b11_rpc_worker_error_kills_the_engine() -> Spec:
 
 def b13_empty_terminal_skipped(monkeypatch: pytest.MonkeyPatch) -> None:
     """vllm#19536: the terminal message is skipped when it carries no tokens (a prompt ignored as too long)."""
-    real = core._EFFECTS[Effect.EMIT_TERMINAL]
+    real = SPEC.effects[Effect.EMIT_TERMINAL]
 
     def skip_empty(lc: Any, rec: Any, event: Any, source: Any, out: Any) -> None:
         if rec.tokens:
             real(lc, rec, event, source, out)
 
-    monkeypatch.setitem(core._EFFECTS, Effect.EMIT_TERMINAL, skip_empty)
+    monkeypatch.setitem(SPEC.effects, Effect.EMIT_TERMINAL, skip_empty)
 
 
 def cross_failure() -> Spec:

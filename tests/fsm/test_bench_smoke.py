@@ -14,7 +14,7 @@ import pytest
 
 BENCH = Path(__file__).resolve().parents[2] / "bench" / "fsm_step.py"
 LINE = re.compile(r"fsm_step: handle_us=\d+\.\d{3} transitions_us=\d+\.\d{2} ratio=\d+\.\d bytes_per_request=\d+")
-SAME_WORK = re.compile(r"  same work: all 3 paths made the same [\d,]+ observations, event by event")
+SAME_WORK = re.compile(r"  same work: all 2 paths made the same [\d,]+ observations, event by event")
 
 
 def load_bench() -> ModuleType:
@@ -72,17 +72,10 @@ def test_a_disagreement_is_raised_not_timed(monkeypatch: pytest.MonkeyPatch) -> 
         bench.check_same_work(mix)
 
 
-def test_the_three_paths_run_what_they_are_named_for() -> None:
-    """Compiled: the generated row programs; generic: closures, each row's plan run the generic way; reference: the
-    ``transitions`` tables, run the generic way too."""
-    from omni_fsm import ReqState
-    from omni_fsm import events as ev
-    from omni_fsm.spec import programs
-
+def test_the_two_paths_run_what_they_are_named_for() -> None:
+    """Plain: the core's own candidate rows of each (event type, state), looked up and run; reference: every row
+    asked of the ``transitions`` tables."""
     bench = load_bench()
-    running = programs.INDEX[ev.StageOutput][ReqState.RUNNING]
-    fires = {path: bench.fresh_core(path)._firing[ev.StageOutput][ReqState.RUNNING] for path in bench.PATHS}
-    assert fires["compiled"] is running
-    assert all(fires[p] is not running and fires[p].__qualname__.startswith("_generic") for p in ("generic",
-                                                                                                  "reference"))
-    assert bench.fresh_core("generic").table is bench.CLOSURES
+    plain, reference = bench.fresh_core(), bench.fresh_core("reference")
+    assert plain._asked is None and plain.table is plain._own_table
+    assert reference._asked is bench.REFERENCE.request is reference.table

@@ -7,7 +7,7 @@ import pytest
 
 from omni_fsm import ConfigError, Effect, InternalError, Lifecycle, LifecycleError, OmniFsmError, Spec, StageKind
 from omni_fsm import events as ev
-from omni_fsm.engine.compiled import CompiledTable
+from omni_fsm.engine.selection import Selection
 from omni_fsm.spec.table import SPEC, Row
 from omni_fsm.spec.vocabulary import ReqState
 
@@ -35,12 +35,12 @@ def test_a_lifecycle_that_describes_no_pipeline_is_a_config_error(kinds, final, 
     assert isinstance(caught.value, OmniFsmError) and isinstance(caught.value, ValueError)
 
 
-def test_an_unguarded_row_that_hides_later_rows_is_refused_when_compiled():
+def test_an_unguarded_row_that_hides_later_rows_is_refused_when_indexed():
     hiding = Row(ReqState.RUNNING, ev.StageOutput, ReqState.RUNNING)
     hidden = Row(ReqState.RUNNING, ev.StageOutput, ReqState.RUNNING, when=("ar_stage",))
     with pytest.raises(ConfigError, match="an unguarded row hides the rows after it"):
-        CompiledTable((hiding, hidden))
-    CompiledTable(SPEC.rows)  # the real table has none
+        Selection((hiding, hidden))
+    Selection(SPEC.rows)  # the real table has none
 
 
 def _without(keep) -> Spec:

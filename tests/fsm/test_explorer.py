@@ -14,12 +14,10 @@ from omni_fsm import StageKind
 from omni_fsm import events as ev
 from omni_fsm.cli import main as cli_main
 from omni_fsm.cli.explore import write_counterexample
-from omni_fsm.engine import core
-from omni_fsm.engine.compiled import CompiledTable
 from omni_fsm.engine.core import Lifecycle
 from omni_fsm.explore.explorer import DEFAULT_FAMILIES, FAMILIES, Bound, explore
 from omni_fsm.spec.record import Record
-from omni_fsm.spec.table import Effect
+from omni_fsm.spec.table import SPEC, Effect
 
 from . import faults
 from .faults import B4_BOUND, SMALL
@@ -93,11 +91,11 @@ class _NoStaleCheck(Lifecycle):
     def _request(self, event: Any, out: Any, top: bool) -> None:
         rec = self.records.get(event.rid)
         if rec is not None and isinstance(event, ev.StageEvent) and event.stage != rec.stage:
-            event = attrs.evolve(event, stage=rec.stage)
+            event = event._replace(stage=rec.stage)
         super()._request(event, out, top)
 
 
-_FORWARD = core._EFFECTS[Effect.FORWARD]
+_FORWARD = SPEC.effects[Effect.FORWARD]
 _FORWARDS_SEEN = [0]
 
 
@@ -112,13 +110,8 @@ def _stage_watched(effect: Any) -> Any:
     return run
 
 
-class _StageWatched(Lifecycle):
-    """The real core, every effect of every row watched: only ``FORWARD`` may change a record's stage."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._plans = {k: (tuple(map(_stage_watched, fx)), *rest) for k, (fx, *rest) in self._plans.items()}
-        self.table = CompiledTable(self.spec.rows, closures=True)  # each row's plan run (no generated program)
+#: The real spec, every request effect watched: only ``FORWARD`` may change a record's stage.
+_STAGE_WATCHED = attrs.evolve(SPEC, effects={effect: _stage_watched(run) for effect, run in SPEC.effects.items()})
 
 
 @pytest.mark.parametrize("bound", [
@@ -126,11 +119,10 @@ class _StageWatched(Lifecycle):
     Bound(requests=1, n=2, families=SMALL | {"failure", "death", "shutdown", "late"}),
     Bound(requests=1, companions=1, families=SMALL | {"failure", "death", "shutdown", "late", "abort_race"}),
 ], ids=["plain", "n2", "companion"])  # fmt: skip
-def test_only_forward_moves_a_request_to_another_stage(monkeypatch: pytest.MonkeyPatch, bound: Bound) -> None:
+def test_only_forward_moves_a_request_to_another_stage(bound: Bound) -> None:
     """The core resolves each row's slot moves when it is built, on this premise: every reachable step checks it."""
-    monkeypatch.setattr(explorer_module, "Lifecycle", _StageWatched)
     _FORWARDS_SEEN[0] = 0
-    report = explore(bound)
+    report = explore(bound, spec=_STAGE_WATCHED)
     assert not report.violations and _FORWARDS_SEEN[0] > 0
 
 

@@ -92,7 +92,7 @@ def about(rid: int) -> Callable[[ob.Observation], bool]:
 
 def retouch(outputs: Sequence[ob.Observation], match: Callable[[ob.Observation], bool],
             **changes: object) -> list[ob.Observation]:  # fmt: skip
-    return [attrs.evolve(o, **changes) if match(o) else o for o in outputs]
+    return [o._replace(**changes) if match(o) else o for o in outputs]
 
 
 # -- valid baselines ---------------------------------------------------------------------------------

@@ -1,6 +1,6 @@
-"""The compiled fast path and the ``transitions`` reference machine agree, row for row.
+"""The core's own row selection and the ``transitions`` reference machine agree, row for row.
 
-Both are built from ``SPEC``: the compiled ``CompiledTable`` (what the core runs) and one static
+Both are built from ``SPEC``: the ``Selection`` (what the core runs) and one static
 ``transitions.Machine(model=None)`` per table (``omni_fsm.engine.reference``). Every (state, event type)
 pair is tried, with guard valuations drawn by Hypothesis and with a fixed canonical set; then
 random event sequences, and whole ``Lifecycle`` runs with the reference tables swapped in.
@@ -20,13 +20,13 @@ from hypothesis import strategies as st
 
 from omni_fsm import SPEC, TERMINAL, Engine, Record, errors
 from omni_fsm import events as ev
-from omni_fsm.engine.compiled import CompiledTable
 from omni_fsm.engine.core import Lifecycle
 from omni_fsm.engine.reference import build_reference
+from omni_fsm.engine.selection import Selection
 from omni_fsm.spec.vocabulary import BOUND, ControlMethod, EngineState, ReqState, Role, StageKind, StopKind
 
-COMPILED = CompiledTable(SPEC.rows)
-COMPILED_ENGINE = CompiledTable(SPEC.engine_rows)
+SELECTION = Selection(SPEC.rows)
+SELECTION_ENGINE = Selection(SPEC.engine_rows)
 REFERENCE = build_reference(SPEC)
 BY_NAME: Callable[[Any], str] = lambda member: member.name
 TERMINALS = sorted(TERMINAL, key=BY_NAME)
@@ -108,14 +108,14 @@ def records(draw: st.DrawFn, engine: Engine, state: ReqState) -> Record:
 def events_of(draw: st.DrawFn, event_type: type[ev.Event], rid: int, engine: Engine) -> ev.Event:
     """An event of ``event_type`` about ``rid``; RPC results mostly name an in-flight call."""
     kwargs: dict[str, Any] = {}
-    for field in attrs.fields(event_type):
-        if field.name == "rid":
+    for name in event_type.field_names():
+        if name == "rid":
             kwargs["rid"] = rid
-        elif field.name == "call_id":
+        elif name == "call_id":
             pending = sorted(engine.pending_rpcs)
             kwargs["call_id"] = draw(st.sampled_from(pending) | CALL_IDS if pending else CALL_IDS)
         else:
-            kwargs[field.name] = draw(EVENT_FIELDS[field.name])
+            kwargs[name] = draw(EVENT_FIELDS[name])
     if "stage" in kwargs:
         kwargs["stage"] = min(kwargs["stage"], len(engine.kinds) - 1)
     return event_type(**kwargs)
@@ -147,10 +147,10 @@ def outcome(call: Callable[[], Any]) -> tuple[str, Any]:
 def assert_request_agrees(rec: Record, event: ev.Event, eng: Engine) -> Any:
     """Select, then fire, ``event`` on copies of ``rec`` through both paths; return the row."""
     fast, slow = copy_record(rec), copy_record(rec)
-    selected = outcome(lambda: COMPILED.select(fast, event, eng))
+    selected = outcome(lambda: SELECTION.select(fast, event, eng))
     assert outcome(lambda: REFERENCE.request.select(slow, event, eng)) == selected, (rec, event, eng)
     assert fast.snapshot() == slow.snapshot() == rec.snapshot(), "select must not change the record"
-    fired = outcome(lambda: COMPILED.fire(fast, event, eng))
+    fired = outcome(lambda: SELECTION.fire(fast, event, eng))
     assert outcome(lambda: REFERENCE.request.fire(slow, event, eng)) == fired == selected, (rec, event, eng)
     assert fast.snapshot() == slow.snapshot(), (rec, event, eng)
     row = fired[1] if fired[0] == "row" else None
@@ -161,10 +161,10 @@ def assert_request_agrees(rec: Record, event: ev.Event, eng: Engine) -> Any:
 def assert_engine_agrees(eng: Engine, event: ev.Event) -> Any:
     """Select, then fire, ``event`` on copies of ``eng`` (the engine is the subject); return the row."""
     fast, slow = copy_engine(eng), copy_engine(eng)
-    selected = outcome(lambda: COMPILED_ENGINE.select(fast, event, fast))
+    selected = outcome(lambda: SELECTION_ENGINE.select(fast, event, fast))
     assert outcome(lambda: REFERENCE.engine.select(slow, event, slow)) == selected, (eng, event)
     assert fast.snapshot() == slow.snapshot() == eng.snapshot(), "select must not change the engine"
-    fired = outcome(lambda: COMPILED_ENGINE.fire(fast, event, fast))
+    fired = outcome(lambda: SELECTION_ENGINE.fire(fast, event, fast))
     assert outcome(lambda: REFERENCE.engine.fire(slow, event, slow)) == fired == selected, (eng, event)
     assert fast.snapshot() == slow.snapshot(), (eng, event)
     return fired[1] if fired[0] == "row" else None
@@ -247,7 +247,7 @@ def canonical_valuations(state: ReqState, rowed: bool) -> Iterator[tuple[Record,
 
 
 def canonical_events(event_type: type[ev.Event], rid: int) -> Iterator[ev.Event]:
-    fields = attrs.fields_dict(event_type)
+    fields = event_type.field_names()
     names = [name for name in fields if name in EVENT_GRID]
     for values in itertools.product(*(EVENT_GRID[name] for name in names)):
         kwargs = dict(zip(names, values, strict=True))
@@ -305,7 +305,7 @@ def test_request_paths_agree_on_random_event_sequences(data: st.DataObject) -> N
             moved = data.draw(records(eng, fast.state), f"inputs {step}").snapshot()
             fast.load(moved)
             slow.load(moved)
-        assert REFERENCE.request.fire(slow, event, eng) == COMPILED.fire(fast, event, eng), (step, event)
+        assert REFERENCE.request.fire(slow, event, eng) == SELECTION.fire(fast, event, eng), (step, event)
         assert slow.snapshot() == fast.snapshot()
 
 
@@ -316,7 +316,7 @@ def test_engine_paths_agree_on_random_event_sequences(data: st.DataObject) -> No
     slow = copy_engine(fast)
     for step in range(data.draw(st.integers(1, 25), "length")):
         event = data.draw(st.sampled_from(ev.ENGINE_EVENTS).flatmap(lambda t: events_of(t, -1, fast)), f"event {step}")
-        assert REFERENCE.engine.fire(slow, event, slow) == COMPILED_ENGINE.fire(fast, event, fast), (step, event)
+        assert REFERENCE.engine.fire(slow, event, slow) == SELECTION_ENGINE.fire(fast, event, fast), (step, event)
         assert slow.snapshot() == fast.snapshot()
 
 
@@ -335,13 +335,13 @@ def core_events(draw: st.DrawFn, lc: Lifecycle) -> ev.Event:
     tracked = sorted(lc.records)
     about_tracked = bool(tracked) and draw(st.integers(0, 3)) > 0
     kwargs: dict[str, Any] = {}
-    for field in attrs.fields(event_type):
-        if field.name == "rid":
+    for name in event_type.field_names():
+        if name == "rid":
             kwargs["rid"] = draw(st.sampled_from(tracked) if about_tracked else st.sampled_from(CLIENT_RIDS))
-        elif field.name == "call_id":
+        elif name == "call_id":
             kwargs["call_id"] = draw(CALL_IDS)
         else:
-            kwargs[field.name] = draw(EVENT_FIELDS[field.name])
+            kwargs[name] = draw(EVENT_FIELDS[name])
     if "stage" in kwargs:
         rec = lc.records.get(kwargs["rid"])
         current = rec.stage if rec is not None else 0

@@ -12,7 +12,6 @@ import re
 from pathlib import Path
 from typing import Any
 
-import attrs
 import pytest
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
@@ -65,7 +64,7 @@ JSON = st.recursive(
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
     max_leaves=12,
 )
-FIELD_NAMES = sorted({f.name for cls in (*INPUTS.values(), *OUTPUTS.values()) for f in attrs.fields(cls)})
+FIELD_NAMES = sorted({name for cls in (*INPUTS.values(), *OUTPUTS.values()) for name in cls.field_names()})
 SMALL_JSON = st.none() | st.booleans() | st.integers(-2, 4) | st.sampled_from(["stop", "ar", "client", "sleep", ""])
 
 
