@@ -296,7 +296,7 @@ class TraceWriter:
     def header(self, kinds: Sequence[StageKind], final: Sequence[bool], capacity: int,
                loop: str | None = None) -> None:  # fmt: skip
         """Write the header line (once, first); ``loop``: the orchestration loop the run uses (``"event"`` or
-        ``"poll"``), which ``omni-fsm compare`` pairs runs by."""
+        ``"poll"``), which tells two runs apart when ORCH-INV-303 compares them (``omni_fsm.same_client_streams``)."""
         if self._header_written:
             raise ConfigError("the header is already written")
         head = TraceHeader(*pipeline_shape(kinds, final), capacity, loop=loop)
