@@ -115,6 +115,7 @@ def test_view_writes_the_page_and_says_so(tmp_path: Path, capsys: pytest.Capture
     trace = cross_failure_counterexample(tmp_path)
     capsys.readouterr()
     page = tmp_path / "pages" / "report.html"
+    page.parent.mkdir()
     assert cli_main(["view", str(trace), "-o", str(page)]) == 0  # a violation is the page's news, not an error
     out, err = capsys.readouterr()
     assert out == f"{page}: {trace}: 3 steps, 2 requests, 1 violations\n" and err == ""
@@ -155,6 +156,15 @@ def test_view_says_in_one_line_when_the_page_cannot_be_written(tmp_path: Path,
     assert cli_main(["view", str(trace), "-o", str(blocker / "report.html")]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"omni-fsm view: {blocker / 'report.html'}: ") and err.count("\n") == 1
+
+
+def test_view_creates_no_missing_directory_and_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    trace = hostile_trace(tmp_path)
+    page = tmp_path / "missing" / "deeper" / "report.html"
+    assert cli_main(["view", str(trace), "-o", str(page)]) == 2  # docs/trace-format.md: the page cannot be written
+    out, err = capsys.readouterr()
+    assert out == "" and err == f"omni-fsm view: {page}: no directory {page.parent} (none is created)\n"
+    assert not (tmp_path / "missing").exists()
 
 
 def test_an_incomplete_trace_is_drawn_and_says_so(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
