@@ -149,7 +149,7 @@ def _stages(header: TraceHeader) -> str:
 
 
 def _summary(report: Report, header: TraceHeader, lanes: Mapping[int, Lane], lines: int) -> Section:
-    complete = "yes (end marker read)" if report.complete else "no: no end marker, end-of-history rules not applied"
+    complete = "yes (end marker read)" if report.complete else f"no: {report.incomplete()}"
     rows = [("trace", f"<code>{esc(report.name)}</code>"), ("pipeline", _stages(header) + " (* = final output)"),
             ("capacity", f"{header.capacity} running slots per stage"), ("steps", str(report.steps)),
             ("lines", str(lines)), ("client requests", str(report.requests)),
@@ -182,7 +182,7 @@ def _violation(vid: str, found: Finding, lines: Sequence[int], text: Mapping[int
 def _violations(report: Report, offending: Mapping[str, list[int]], text: Mapping[int, str],
                 rules: Mapping[str, RuleText]) -> Section:
     if not report.found:
-        tail = "" if report.complete else " among the steps present (no end marker: end-of-history rules not applied)"
+        tail = "" if report.complete else f" among the steps present ({report.incomplete()})"
         body = f'<p class="clean" id="no-violations">No violation: every invariant holds{esc(tail)}.</p>'
     else:
         body = "\n".join(_violation(vid, f, offending[vid], text, rules)
