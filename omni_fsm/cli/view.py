@@ -36,8 +36,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def rule_texts() -> dict[str, RuleText]:
-    """Return every invariant's (title, rule text) by ID, from the registry this package ships."""
-    return {inv.id: (inv.title, inv.rule) for inv in load_registry(packaged_root()).invariants}
+    """Return every invariant's (title, rule) by ID, from the registry this package ships: the rule itself, for a
+    derived one its refinement, not the contract's paragraph it cites."""
+    return {inv.id: (inv.title, inv.statement) for inv in load_registry(packaged_root()).invariants}
 
 
 def write_page(path: str, page: str) -> None:
