@@ -4,13 +4,15 @@ The trace is read and judged exactly as ``omni-fsm check`` does (``check_trace``
 request, every violation with its rule's ID and text (``specs/invariants.toml``) and the lines that show it.
 A page is written whole or not at all (a temporary file beside it, moved into place). Exit codes: 0 the page
 was written (whatever the trace's verdict: the page says it); 2 malformed input, as ``FILE:LINE: reason`` on
-stderr (the same line ``check`` prints), or a page that cannot be written; 3 an internal error.
+stderr (the same line ``check`` prints), or a page that cannot be written (its directory missing, say: none is
+created); 3 an internal error.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import os
 import sys
 import tempfile
@@ -18,7 +20,7 @@ import tempfile
 from omni_fsm.errors import MalformedInput
 from omni_fsm.registry.model import load_registry, packaged_root
 from omni_fsm.trace.check import check_trace
-from omni_fsm.trace.jsonl import Step, make_folder
+from omni_fsm.trace.jsonl import Step
 from omni_fsm.view import RuleText, render_trace
 
 WRITTEN, MALFORMED, INTERNAL = 0, 2, 3
@@ -34,17 +36,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def rule_texts() -> dict[str, RuleText]:
-    """Return every invariant's (title, rule text) by ID, from the registry this package ships."""
-    return {inv.id: (inv.title, inv.rule) for inv in load_registry(packaged_root()).invariants}
+    """Return every invariant's (title, rule) by ID, from the registry this package ships: the rule itself, for a
+    derived one its refinement, not the contract's paragraph it cites."""
+    return {inv.id: (inv.title, inv.statement) for inv in load_registry(packaged_root()).invariants}
 
 
 def write_page(path: str, page: str) -> None:
-    """Write ``page`` to ``path`` whole: a temporary file beside it, then moved onto it; raise ``OSError``."""
+    """Write ``page`` to ``path`` whole: a temporary file beside it, then moved onto it; raise ``OSError``.
+
+    A missing directory is not created: a mistyped ``-o`` path is an error, not a new tree of folders.
+    """
     folder, base = os.path.split(path)
-    make_folder(folder or ".")
     if os.path.isdir(path):
-        raise IsADirectoryError(21, "Is a directory", path)
-    fd, temp = tempfile.mkstemp(prefix=f".{base}.", suffix=".tmp", dir=folder or ".")
+        raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), path)
+    try:
+        fd, temp = tempfile.mkstemp(prefix=f".{base}.", suffix=".tmp", dir=folder or ".")
+    except FileNotFoundError:
+        raise FileNotFoundError(errno.ENOENT, f"no directory {folder} (none is created)", path) from None
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as stream:
             stream.write(page)

@@ -8,10 +8,15 @@ rule takes the judge, reads and updates its facts (its public attributes) and re
 from __future__ import annotations
 
 from collections.abc import Sequence
+from enum import Enum
 from typing import Any
+
+import attrs
 
 from omni_fsm.invariants.checks import CHECKS, Violation
 from omni_fsm.invariants.view import View
+from omni_fsm.spec import events as ev
+from omni_fsm.spec import observations as ob
 from omni_fsm.spec.vocabulary import EngineState, StageKind, pipeline_shape
 
 #: The identities a history may not carry (an older trace's) -> the invariants judged less without them: each
@@ -44,7 +49,8 @@ class Judge:
         self.stopped = 0  #: 1 once the orchestrator stopped, 2 once the runtimes did
         self.steps = 0
         self.violations: list[Violation] = []
-        self.lost_companions: list[int] = []  #: parents whose companion was lost in this step (judged at its end)
+        #: (parent, companion) for each companion lost in this step: its parent must fail in it (judged at its end)
+        self.lost_companions: list[tuple[int, int]] = []
 
     def fail(self, check: str, rid: int | None, message: str) -> None:
         """Report that ``check`` (a name from ``checks``) is broken, for request ``rid`` (``None``: the engine)."""
@@ -53,3 +59,19 @@ class Judge:
     def view(self, rid: int) -> View | None:
         """Return the view of request ``rid``, or ``None`` if the history never showed it."""
         return self.views.get(rid)
+
+
+def fact(item: ev.Event | ob.Observation) -> str:
+    """Return an event or observation as a violation names it: ``SlotFreed(rid=5, stage=0)`` (defaults left out)."""
+    shown = []
+    for field in attrs.fields(type(item)):
+        value = getattr(item, field.name)
+        if field.default is not attrs.NOTHING and value == field.default:
+            continue
+        shown.append(f"{field.name}={value.value if isinstance(value, Enum) else repr(value)}")
+    return f"{type(item).__name__}({', '.join(shown)})"
+
+
+def said(value: Enum | None) -> str:
+    """Return an outcome's or a reason's value as a message names it (``none`` for none)."""
+    return "none" if value is None else str(value.value)

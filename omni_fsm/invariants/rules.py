@@ -49,7 +49,7 @@ def judge_step(j: Judge, event: ev.Event, outputs: Sequence[ob.Observation], dro
     """Judge a whole step: the rule its input event calls for, then the rules about the end of every step."""
     if isinstance(event, ev.RequestEvent) and not dropped and terminal_rids:  # an event about one request ends
         failed = rejected or isinstance(event, _REQUEST_FAILURES)   # only requests of its family
-        failure.after_request_event(j, event.rid, terminal_rids, "a failure" if failed else type(event).__name__)
+        failure.after_request_event(j, event, outputs, "a failure" if failed else type(event).__name__)
     if isinstance(event, ev.RpcFailed):
         failure.after_rpc_failed(j, event, outputs, dropped, terminal_rids)
     elif isinstance(event, ev.RpcDone) and not dropped:
@@ -62,7 +62,7 @@ def judge_step(j: Judge, event: ev.Event, outputs: Sequence[ob.Observation], dro
                                              for o in outputs):
         failure.after_abort(j, event.rid, outputs)
     elif isinstance(event, ev.AbortDone) and not dropped and not rejected:  # rejected: no physical abort succeeded
-        failure.after_abort_done(j, event.rid, outputs)
+        failure.after_abort_done(j, event, outputs)
     if isinstance(event, (ev.Scheduled, ev.Preempted)) and not dropped and not rejected:
         ar.cache_follows_status(j, event)
     failure.end_of_step(j, outputs, terminal_rids)

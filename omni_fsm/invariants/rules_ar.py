@@ -52,7 +52,8 @@ def upstream_status(j: Judge, event: ev.StageEvent, view: View, rejected: bool) 
     target = _AR_STATUS.get(type(event))
     if target is not None and not rejected and j.kinds[event.stage] is StageKind.AR:
         if not up.allowed(view.status, target):
-            j.fail(AR_UPSTREAM, event.rid, f"{view.status} -> {target} is not an upstream transition")
+            j.fail(AR_UPSTREAM, event.rid, f"{view.status} -> {target} ({type(event).__name__} at stage {event.stage}) "
+                                           "is not an upstream transition")
         view.status = target
 
 

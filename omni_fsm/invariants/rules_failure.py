@@ -32,7 +32,7 @@ from omni_fsm.invariants.checks import (
     RPC_ERRORS,
     SHUTDOWN_ENDS_ALL,
 )
-from omni_fsm.invariants.judge import Judge
+from omni_fsm.invariants.judge import Judge, fact, said
 from omni_fsm.invariants.rules_ar import cache_freed
 from omni_fsm.invariants.view import View
 from omni_fsm.spec import events as ev
@@ -46,11 +46,11 @@ def before_terminal(j: Judge, o: ob.Emitted, view: View, kind: StageKind | None)
     """Judge a message that is not the terminal: nothing partial from diffusion or once aborting, no abort."""
     if not o.stage_final:  # a partial output
         if kind is StageKind.DIFFUSION:
-            j.fail(DIFFUSION_WHOLE, o.rid, "a partial diffusion output")
+            j.fail(DIFFUSION_WHOLE, o.rid, f"a partial output of diffusion stage {o.stage}: {fact(o)}")
         if view.abort_requested:
-            j.fail(ABORT_ENDS, o.rid, "output after the abort was requested")
+            j.fail(ABORT_ENDS, o.rid, f"output after the abort was requested: {fact(o)}")
     if o.outcome is Outcome.ABORTED and o.sample < 0:  # a sample's own abort ends only that sample
-        j.fail(LAST_FINAL_TERMINAL, o.rid, "an abort message that is not the terminal")
+        j.fail(LAST_FINAL_TERMINAL, o.rid, f"an abort message that is not the terminal: {fact(o)}")
 
 
 def finished_terminal(j: Judge, o: ob.Emitted, view: View) -> None:
@@ -59,16 +59,19 @@ def finished_terminal(j: Judge, o: ob.Emitted, view: View) -> None:
     for an ``n>1`` parent, its samples). A ``length`` finish with no tokens is no such report: it goes on."""
     ignored_prompt = view.ignored_at == o.stage
     if o.outcome is Outcome.FINISHED and o.stage != len(j.kinds) - 1 and not ignored_prompt:
-        j.fail(LAST_FINAL_TERMINAL, o.rid, f"finished at stage {o.stage}, not at the last final-output stage")
+        j.fail(LAST_FINAL_TERMINAL, o.rid, f"finished at stage {o.stage}, not at the last final-output stage "
+                                           f"({len(j.kinds) - 1})")
 
 
 def aborted_terminal(j: Judge, o: ob.Emitted, view: View, kind: StageKind | None) -> None:
     """Judge an abort terminal: AR at a final-output stage carries the prefix, diffusion carries nothing."""
     if o.outcome is Outcome.ABORTED and not view.children:
         if kind is StageKind.AR and j.final[o.stage] and view.stage == o.stage and o.cumulative != view.generated:
-            j.fail(ABORT_PREFIX, o.rid, f"abort carries {o.cumulative} tokens of {view.generated} generated")
+            j.fail(ABORT_PREFIX, o.rid, f"abort at stage {o.stage} carries {o.cumulative} tokens of {view.generated} "
+                                        "generated")
         if kind is StageKind.DIFFUSION and o.cumulative:
-            j.fail(DIFFUSION_WHOLE, o.rid, "a diffusion abort carried a partial result")
+            j.fail(DIFFUSION_WHOLE, o.rid, f"the abort of diffusion stage {o.stage} carried a partial result "
+                                           f"({o.cumulative}): {fact(o)}")
 
 
 # -- aborts ---------------------------------------------------------------------------------------
@@ -102,22 +105,24 @@ def on_abort_committed(j: Judge, o: ob.AbortCommitted) -> None:
 def abort_failed(j: Judge, event: ev.AbortFailed, outputs: Sequence[ob.Observation], view: View) -> None:
     """Judge a runtime's report that the physical abort failed: the abort is not committed."""
     if view.abort_requested and any(isinstance(o, ob.AbortCommitted) and o.rid == event.rid for o in outputs):
-        j.fail(COMMIT_AFTER_PHYSICAL, event.rid, "a failed physical abort was committed")
+        j.fail(COMMIT_AFTER_PHYSICAL, event.rid, f"a failed physical abort was committed (AbortFailed at stage "
+                                                 f"{event.stage})")
 
 
 # -- companions, RPC errors -------------------------------------------------------------------------
 
 
-def companions_done(j: Judge, rid: int, view: View) -> None:
-    """Judge a forward of request ``rid``: every companion of it is done."""
+def companions_done(j: Judge, o: ob.Forwarded, view: View) -> None:
+    """Judge a forward: every companion of the request forwarded is done."""
     if view.companions_done < view.companions:
-        j.fail(COMPANION_GATE, rid, f"forwarded with {view.companions_done}/{view.companions} companions done")
+        j.fail(COMPANION_GATE, o.rid, f"forwarded {o.src} -> {o.dst} with {view.companions_done}/{view.companions} "
+                                      "companions done")
 
 
 def rpc_error_carried(j: Judge, o: ob.RpcAnswered) -> None:
     """Judge a correlated RPC answer: a failed one carries the worker's error."""
     if not o.ok and not o.error:
-        j.fail(RPC_ERRORS, None, f"RPC {o.call_id} failed without the worker's error")
+        j.fail(RPC_ERRORS, None, f"RPC {o.call_id} ({o.method.value}) failed without the worker's error")
 
 
 # -- state dropped ----------------------------------------------------------------------------------
@@ -140,20 +145,20 @@ def on_released(j: Judge, o: ob.Released) -> None:
         if finished_companion:
             parent.companions_done += 1
         elif not parent.released and not parent.abort_requested and parent.terminals == 0:
-            j.lost_companions.append(view.parent)  # the parent must fail in this very step (``end_of_step``)
+            j.lost_companions.append((view.parent, o.rid))  # the parent must fail in this very step (``end_of_step``)
 
 
 # -- rules about a whole step -------------------------------------------------------------------------
 
 
-def after_request_event(j: Judge, rid: int, terminal_rids: list[int], what: str) -> None:
-    """Judge a step whose input is about request ``rid`` (``what``: a failure of it, a rejected report about it, or
-    the event's name): the terminals it produced are of ``rid``'s family only (itself, its parent, samples and
+def after_request_event(j: Judge, event: ev.RequestEvent, outputs: Sequence[ob.Observation], what: str) -> None:
+    """Judge a step whose input is about one request (``what``: a failure of it, a rejected report about it, or
+    the event's name): the terminals it produced are of that request's family only (itself, its parent, samples and
     companions). A failure is request-scoped, and an event about one request is no cause to end another."""
-    family = _family(j, rid)
-    for ended in terminal_rids:
-        if ended not in family:
-            j.fail(REQUEST_SCOPED, ended, f"ended by {what} of request {rid}")
+    family = _family(j, event.rid)
+    for o in outputs:
+        if isinstance(o, ob.Emitted) and o.finished and o.rid not in family:
+            j.fail(REQUEST_SCOPED, o.rid, f"ended by {what} of request {event.rid} ({fact(event)}): {fact(o)}")
 
 
 def _family(j: Judge, rid: int) -> set[int]:
@@ -180,12 +185,16 @@ def after_rpc_failed(j: Judge, event: ev.RpcFailed, outputs: Sequence[ob.Observa
     text), and ended nothing."""
     answers = [o for o in outputs if isinstance(o, ob.RpcAnswered) and o.call_id == event.call_id]
     if not dropped and (not answers or answers[0].ok or not answers[0].error):
-        j.fail(RPC_ERRORS, None, f"worker error of RPC {event.call_id} did not reach its caller")
+        got = fact(answers[0]) if answers else "no answer"
+        j.fail(RPC_ERRORS, None, f"worker error {event.error!r} of RPC {event.call_id} did not reach its caller "
+                                 f"(it got {got})")
     elif not dropped and answers[0].error != event.error:
         j.fail(RPC_ERRORS, None, f"RPC {event.call_id} answered with error {answers[0].error!r}, "
                                  f"not the worker's {event.error!r}")
-    if terminal_rids or any(isinstance(o, ob.EngineChanged) for o in outputs):
-        j.fail(RPC_ERRORS, None, f"a worker error of RPC {event.call_id} ended requests or the engine")
+    ended = [fact(o) for o in outputs if isinstance(o, ob.EngineChanged) or (isinstance(o, ob.Emitted) and o.finished)]
+    if ended:
+        j.fail(RPC_ERRORS, None, f"a worker error of RPC {event.call_id} ended requests or the engine: "
+                                 f"{', '.join(ended)}")
 
 
 def after_engine_died(j: Judge, outputs: Sequence[ob.Observation]) -> None:
@@ -222,40 +231,47 @@ def after_abort(j: Judge, rid: int, outputs: Sequence[ob.Observation]) -> None:
         j.fail(check, dep, f"the abort of parent {rid} did not reach this {dview.role.value}")
 
 
-def after_abort_done(j: Judge, rid: int, outputs: Sequence[ob.Observation]) -> None:
-    """Judge a step whose physical abort of request ``rid`` succeeded: an aborting request ended, and a client
-    request that ended in this step got its terminal here, as an abort (provable now, not at the end marker)."""
+def after_abort_done(j: Judge, event: ev.AbortDone, outputs: Sequence[ob.Observation]) -> None:
+    """Judge a step whose physical abort of a request succeeded: an aborting request ended, and a client request
+    that ended in this step got its terminal here, as an abort (provable now, not at the end marker)."""
+    rid, done = event.rid, f"the physical abort at stage {event.stage} succeeded"
     view = j.view(rid)
     if view is None or (not view.abort_requested and not view.released):
         return
     if not view.released:
-        j.fail(ABORT_ENDS, rid, "the physical abort succeeded but the request did not end")
+        j.fail(ABORT_ENDS, rid, f"{done} but the request did not end")
         return
     if view.role is not Role.CLIENT or not any(isinstance(o, ob.Released) and o.rid == rid for o in outputs):
         return
     ends = [o for o in outputs if isinstance(o, ob.Emitted) and o.rid == rid and o.finished]
+    wrong = next((o for o in ends if o.outcome is not Outcome.ABORTED), None)
     if not ends and view.terminals == 0:  # it had no terminal before this step, and got none in it
-        j.fail(ONE_TERMINAL, rid, "the physical abort succeeded and the request ended without a terminal")
-    elif any(o.outcome is not Outcome.ABORTED for o in ends):
-        j.fail(ABORT_ENDS, rid, f"the physical abort succeeded but the request ended {ends[0].outcome}")
+        j.fail(ONE_TERMINAL, rid, f"{done} and the request ended without a terminal")
+    elif wrong is not None:
+        j.fail(ABORT_ENDS, rid, f"{done} but the request ended {said(wrong.outcome)}: {fact(wrong)}")
 
 
 def end_of_step(j: Judge, outputs: Sequence[ob.Observation], terminal_rids: list[int]) -> None:
     """Judge the end of every step: a lost companion failed its parent, ended requests left no state."""
     if j.lost_companions:
+        ends = {o.rid: o for o in outputs if isinstance(o, ob.Emitted) and o.finished}
         failed = {o.rid for o in outputs if isinstance(o, ob.Emitted) and o.finished and o.outcome is Outcome.FAILED}
-        for lost_parent in j.lost_companions:
-            if lost_parent not in failed:
-                j.fail(COMPANION_GATE, lost_parent, "a companion was lost but the parent did not fail")
+        for parent_rid, companion in j.lost_companions:
+            if parent_rid not in failed:
+                end = ends.get(parent_rid)
+                how = "it did not end" if end is None else f"it ended {said(end.outcome)}"
+                j.fail(COMPANION_GATE, parent_rid, f"a companion was lost but the parent did not fail: companion "
+                                                   f"{companion} released unfinished, {how} (failed expected)")
         j.lost_companions.clear()
     released = {o.rid for o in outputs if isinstance(o, ob.Released)}
     for rid in terminal_rids:
         if rid not in released and rid in j.views:
-            j.fail(NO_STATE_AFTER_TERMINAL, rid, "terminal emitted but its state was kept")
+            end = next(o for o in outputs if isinstance(o, ob.Emitted) and o.finished and o.rid == rid)
+            j.fail(NO_STATE_AFTER_TERMINAL, rid, f"terminal emitted but its state was kept (no Released): {fact(end)}")
     for rid in released:
         parent = j.view(j.views[rid].parent) if rid in j.views else None
         if parent is not None and parent.children and parent.open_children == 0 and not parent.released:
-            j.fail(PARALLEL_ABORT, j.views[rid].parent, "the last child ended but the parent was kept")
+            j.fail(PARALLEL_ABORT, j.views[rid].parent, f"the last child ({rid}) ended but the parent was kept")
 
 
 # -- end of history ------------------------------------------------------------------------------------

@@ -31,7 +31,7 @@ from omni_fsm.invariants.checks import (
     SLOTS,
     STAGE_ORDER,
 )
-from omni_fsm.invariants.judge import Judge
+from omni_fsm.invariants.judge import Judge, fact, said
 from omni_fsm.invariants.rules_ar import assigned_replica, assigned_work, through_adapter, upstream_status
 from omni_fsm.invariants.rules_failure import (
     abort_failed,
@@ -84,7 +84,7 @@ def on_dispatched(j: Judge, o: ob.Dispatched) -> None:
     through_adapter(j, o, view)
     view.replica = o.replica
     if o.stage == 0 and j.engine in (EngineState.PAUSED, EngineState.SLEEPING):
-        j.fail(ADMISSION, o.rid, f"admitted while the engine is {j.engine.value}")
+        j.fail(ADMISSION, o.rid, f"admitted (dispatched to stage 0) while the engine is {j.engine.value}")
     view.stage, view.forwarded_to, view.generated, view.status = o.stage, -1, 0, up.WAITING
 
 
@@ -136,14 +136,15 @@ def _ends_as_reported(j: Judge, event: ev.StageEvent, outputs: Sequence[ob.Obser
             return  # a companion's report: its parent's end is no end of the request whose report it is
         client, sample = view.parent, parent.children.index(event.rid)
     expected = Outcome.FAILED if rejected else _ENDS_AS.get(type(event))
-    name = "a rejected report" if rejected else type(event).__name__
+    name = ("a rejected " if rejected else "") + f"{type(event).__name__} at stage {event.stage}"
     for o in outputs:
         if not isinstance(o, ob.Emitted) or o.rid != client or o.outcome is None:
             continue
         if o.sample == sample and (o.finished or sample >= 0):  # the request's own end
             _judge_cause(j, event, o, o.outcome, expected, name, view.abort_requested and not rejected)
         elif sample >= 0 and o.finished and (expected is None or _SEVERITY[o.outcome] < _SEVERITY[expected]):
-            j.fail(ONE_TERMINAL, client, f"parent ended {o.outcome.value} as its sample ended by {name}")
+            j.fail(ONE_TERMINAL, client, f"parent ended {o.outcome.value} as its sample {sample} ended by {name} "
+                                         f"({said(expected)} expected)")
 
 
 def _judge_cause(j: Judge, event: ev.StageEvent, o: ob.Emitted, outcome: Outcome, expected: Outcome | None,
@@ -155,7 +156,7 @@ def _judge_cause(j: Judge, event: ev.StageEvent, o: ob.Emitted, outcome: Outcome
         j.fail(ONE_TERMINAL, o.rid, f"ended {outcome.value} by {name} ({expected.value} expected)")
     if isinstance(event, ev.StageFinished) and expected is Outcome.FINISHED and outcome is Outcome.FINISHED \
             and o.reason is not STOP_REASON[event.stop]:
-        j.fail(FINISH_REASON, o.rid, f"finished with reason {o.reason and o.reason.value}; its stage reported "
+        j.fail(FINISH_REASON, o.rid, f"finished with reason {said(o.reason)}; its stage reported "
                                      f"{event.stop.value} ({STOP_REASON[event.stop].value} expected)")
 
 
@@ -166,12 +167,12 @@ def _late_report(j: Judge, event: ev.StageEvent, outputs: Sequence[ob.Observatio
     name = type(event).__name__
     if not dropped:
         instead = [o.event for o in outputs if isinstance(o, ob.Dropped) and o.rid == event.rid]
-        j.fail(LATE_EVENTS_DROPPED, event.rid, f"{name} for an ended request was acted on"
+        j.fail(LATE_EVENTS_DROPPED, event.rid, f"{name} of stage {event.stage} for an ended request was acted on"
                + (f" ({', '.join(instead)} dropped instead)" if instead else ""))
         return
     drop = next(o for o in outputs if isinstance(o, ob.Dropped) and o.rid == event.rid and o.event == name)
     ended = event.rid if j.view(event.rid) is not None else None
-    others = [type(o).__name__ for o in outputs if o is not drop and getattr(o, "rid", None) != ended]
+    others = [fact(o) for o in outputs if o is not drop and getattr(o, "rid", None) != ended]
     if others:
         j.fail(LATE_EVENTS_DROPPED, event.rid, f"the step that dropped a late {name} also observed {', '.join(others)}")
 
@@ -182,12 +183,14 @@ def _late_report(j: Judge, event: ev.StageEvent, outputs: Sequence[ob.Observatio
 def on_emitted(j: Judge, o: ob.Emitted) -> None:
     view = j.view(o.rid)
     if view is None or view.role is not Role.CLIENT:
-        j.fail(DEPENDENTS_INVISIBLE, o.rid, "a message to the client for a request it never submitted")
+        whose = "never submitted" if view is None else f"the {view.role.value} of request {view.parent}"
+        j.fail(DEPENDENTS_INVISIBLE, o.rid, f"a message to the client for a request it never submitted ({whose}): "
+                                            f"{fact(o)}")
         return
     if o.finished and view.terminals:
-        j.fail(ONE_TERMINAL, o.rid, "a second terminal")
+        j.fail(ONE_TERMINAL, o.rid, f"a second terminal: {fact(o)}")
     elif view.terminals:
-        j.fail(STAGE_ORDER, o.rid, "a message after the terminal")
+        j.fail(STAGE_ORDER, o.rid, f"a message after the terminal: {fact(o)}")
     _judge_stage_order(j, o, view)
     kind = j.kinds[o.stage] if 0 <= o.stage < len(j.kinds) else None
     if o.finished:
@@ -210,12 +213,16 @@ def _judge_stage_order(j: Judge, o: ob.Emitted, view: View) -> None:
 
 def _judge_terminal(j: Judge, o: ob.Emitted, view: View, kind: StageKind | None) -> None:
     if o.outcome is None or o.reason not in _REASONS[o.outcome]:
-        j.fail(FINISH_REASON, o.rid, f"terminal with outcome {o.outcome} and finish reason {o.reason!r}")
+        j.fail(FINISH_REASON, o.rid, f"terminal at stage {o.stage} with outcome {said(o.outcome)} and finish reason "
+                                     f"{said(o.reason)}")
     if view.open_children:
-        j.fail(PARENT_AFTER_CHILDREN, o.rid, f"parent ended with {view.open_children} children still open")
+        still = [c for c in view.children if c in j.views and not j.views[c].released]
+        j.fail(PARENT_AFTER_CHILDREN, o.rid, f"parent ended {said(o.outcome)} with {view.open_children} children "
+                                             f"still open ({', '.join(map(str, still))})")
     finished_terminal(j, o, view)
     if view.while_sleeping and (o.outcome is not Outcome.FAILED or view.stage >= 0):
-        j.fail(ADMISSION, o.rid, "submitted while sleeping but not refused with error")
+        done = f"dispatched to stage {view.stage}" if view.stage >= 0 else f"ended {said(o.outcome)}"
+        j.fail(ADMISSION, o.rid, f"submitted while sleeping but not refused with error ({done})")
     aborted_terminal(j, o, view, kind)
     view.terminals += 1
 
@@ -228,7 +235,8 @@ def on_slot_taken(j: Judge, o: ob.SlotTaken) -> None:
     if view is None:
         return
     if view.slot >= 0 or o.stage != view.stage:
-        j.fail(SLOTS, o.rid, f"took a slot at stage {o.stage} (holds {view.slot}, dispatched to {view.stage})")
+        held = f"already holds one at stage {view.slot}" if view.slot >= 0 else "holds none"
+        j.fail(SLOTS, o.rid, f"took a slot at stage {o.stage} ({held}; dispatched to stage {view.stage})")
     j.slots[o.stage] += 1
     if j.slots[o.stage] > j.capacity:
         j.fail(SLOTS, o.rid, f"stage {o.stage} holds {j.slots[o.stage]} slots, capacity {j.capacity}")
@@ -277,7 +285,7 @@ def on_abort_answered(j: Judge, o: ob.AbortAnswered) -> None:
     # owed: an abort asked and not yet withdrawn, or (the callers seen) a client's call or the parent's abort still
     # open; a refused abort answers every caller in turn, and the first answer withdraws the abort
     if view is None or not (view.abort_requested or view.calls or view.parent_asked):
-        j.fail(ANSWERS_CORRELATED, o.rid, "an abort answer with no abort caller")
+        j.fail(ANSWERS_CORRELATED, o.rid, f"an abort answer with no abort caller: {fact(o)}")
         return
     if j.sees_callers:
         _answers_its_caller(j, o, view)
@@ -310,7 +318,9 @@ def _answers_its_caller(j: Judge, o: ob.AbortAnswered, view: View) -> None:
 def after_rpc_done(j: Judge, event: ev.RpcDone, outputs: Sequence[ob.Observation]) -> None:
     """Judge the step that completed an RPC: its caller got the answer."""
     if not any(isinstance(o, ob.RpcAnswered) and o.call_id == event.call_id and o.ok for o in outputs):
-        j.fail(ANSWERS_CORRELATED, None, f"RPC {event.call_id} completed but its caller got no answer")
+        answered = [fact(o) for o in outputs if isinstance(o, ob.RpcAnswered)]
+        j.fail(ANSWERS_CORRELATED, None, f"RPC {event.call_id} completed but its caller got no answer (the step "
+                                         f"answered {', '.join(answered) or 'no call'})")
 
 
 # -- end of history -----------------------------------------------------------------------------------

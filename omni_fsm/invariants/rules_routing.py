@@ -23,5 +23,5 @@ def on_forwarded(j: Judge, o: ob.Forwarded) -> None:
         j.fail(ROUTE_AFTER_FINISH, o.rid, f"forwarded from stage {o.src} before that stage finished it")
     if o.dst != o.src + 1 or o.dst >= len(j.kinds):
         j.fail(NEXT_LOGICAL_STAGE, o.rid, f"forwarded {o.src} -> {o.dst}; the next stage is {o.src + 1}")
-    companions_done(j, o.rid, view)
+    companions_done(j, o, view)
     view.forwarded_to = o.dst  # the request's input adapter for that stage (AR-INV-002)

@@ -10,7 +10,7 @@ is judged over two histories (``differential``).
 from __future__ import annotations
 
 from omni_fsm.invariants.checks import SHUTDOWN_ORDER
-from omni_fsm.invariants.judge import Judge
+from omni_fsm.invariants.judge import Judge, fact
 from omni_fsm.spec import observations as ob
 
 #: what may still be observed once the orchestrator stopped: the stops themselves, and a report dropped
@@ -20,12 +20,13 @@ STILL_OBSERVED: tuple[type[ob.Observation], ...] = (ob.OrchestratorStopped, ob.R
 def after_stop(j: Judge, o: ob.Observation) -> None:
     """Judge an observation made once the orchestrator stopped: no work, message, answer or cleanup happens then."""
     if not isinstance(o, STILL_OBSERVED):
-        j.fail(SHUTDOWN_ORDER, getattr(o, "rid", None), f"{type(o).__name__} after the orchestrator stopped")
+        j.fail(SHUTDOWN_ORDER, getattr(o, "rid", None), f"{fact(o)} after the orchestrator stopped")
 
 
 def on_orchestrator_stopped(j: Judge, o: ob.OrchestratorStopped) -> None:
     if j.stopped:
-        j.fail(SHUTDOWN_ORDER, None, "orchestrator stopped twice or after the runtimes")
+        j.fail(SHUTDOWN_ORDER, None, "orchestrator stopped after the runtimes" if j.stopped == 2
+               else "orchestrator stopped twice")
     j.stopped = 1
 
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 from collections.abc import Collection
 
 from omni_fsm.registry.checks import (
-    DERIVED,
     REGISTRY_CHECKS,
     RegistryCheck,
     check_problems,
@@ -41,6 +40,7 @@ from omni_fsm.registry.facts import (
 from omni_fsm.registry.lock import PROMOTIONS, UPDATE_LOCK, Issued, lock_problems, read_lock, rule_digest, update_lock
 from omni_fsm.registry.model import (
     CONTRACTS_DIR,
+    DERIVED,
     KINDS,
     LOCK_FILE,
     REGISTRY_FILE,

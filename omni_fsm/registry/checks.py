@@ -13,10 +13,7 @@ from collections.abc import Callable, Collection, Sequence
 import attrs
 
 from omni_fsm.invariants import CHECKS, DIFFERENTIAL_CHECKS, RUNTIME_CHECKS
-from omni_fsm.registry.model import LOCK_FILE, Invariant, Registry
-
-DERIVED = " Derived: "  #: separates a derived rule's cited sentence from its refinement
-
+from omni_fsm.registry.model import DERIVED, LOCK_FILE, Invariant, Registry
 
 # -- cross-checks: each returns its problems as ``FILE:LINE: reason`` --------------------------
 

@@ -22,6 +22,7 @@ LOCK_FILE = "specs/ids.lock"
 KINDS = ("checked", "deferred", "process")
 #: rule: must be covered; scope / context: may be cited; namespace: enforced by ranges and the lock
 ROLES = ("rule", "scope", "context", "namespace")
+DERIVED = " Derived: "  #: separates a derived rule's cited sentence from its refinement
 #: An invariant ID: namespace (``ORCH-INV``) and a three-digit number.
 ID_PATTERN = re.compile(r"(?P<ns>[A-Z]+-INV)-(?P<num>\d{3})")
 _BUG = re.compile(r"B\d+")
@@ -118,6 +119,15 @@ class Invariant:
     def topic_map(self) -> dict[str, tuple[str, ...]]:
         """Return the safe-change topic mapping as a dict."""
         return dict(self.topics)
+
+    @property
+    def statement(self) -> str:
+        """Return the rule itself: the contract's text, or for a derived rule its refinement (not the contract's
+        sentence it cites, which may be a whole paragraph about ownership or testing)."""
+        if not self.source.derived or DERIVED not in self.rule:
+            return self.rule
+        refinement = self.rule.split(DERIVED, 1)[1].strip()
+        return refinement[:1].upper() + refinement[1:]
 
 
 @attrs.frozen

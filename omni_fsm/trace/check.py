@@ -2,8 +2,11 @@
 
 The trace is streamed through ``Monitor.step`` (and ``Monitor.finish`` when it ends with the end
 marker); each violation is rendered with its invariant, request, line and that request's recent
-lines (``Recent``). Memory: the monitor's view per distinct id, plus the last ``context`` lines of
-each open request (dropped at its ``released``). The ``omni-fsm check`` command around it (options,
+lines (``Recent``). A trace without its end marker may be cut anywhere (a copy of one still being
+written): its last step may lack observations not written yet, so it is not judged, and a last line
+without its newline that is no JSON yet is not read (``TraceReader.partial_line``). Memory: the
+monitor's view per distinct id, plus the last ``context`` lines of each open request (dropped at
+its ``released``). The ``omni-fsm check`` command around it (options,
 progress lines, exit codes) is ``omni_fsm.cli.check``.
 """
 
@@ -100,12 +103,21 @@ class Report:
     findings: list[str] = attrs.field(factory=list)  #: one rendered block per violation
     found: list[Finding] = attrs.field(factory=list)  #: the same violations, as values (for ``omni_fsm.view``)
     header: TraceHeader | None = None  #: the pipeline the trace names (set once its header is read)
+    #: an incomplete trace's last step, not judged (its observations may not all be written yet): its first line
+    unjudged: int | None = None
     #: what an older trace does not carry, as ``identity (invariants judged less)``: those parts are not judged
     not_observable: tuple[str, ...] = ()
 
+    def incomplete(self) -> str:
+        """Return what an incomplete trace's check leaves out (empty for a complete trace)."""
+        if self.complete:
+            return ""
+        last = f"; its last step (from line {self.unjudged}) not judged: it may be partial" if self.unjudged else ""
+        return f"no end marker: end-of-history rules not applied{last}"
+
     def summary(self) -> str:
         """Return the one-line summary."""
-        tail = "" if self.complete else " (no end marker: end-of-history rules not applied)"
+        tail = "" if self.complete else f" ({self.incomplete()})"
         if self.not_observable:
             version = self.header.version if self.header is not None else "an older"
             tail += f" (not observable in a version-{version} trace, not judged: {'; '.join(self.not_observable)})"
@@ -161,14 +173,21 @@ def check_trace(path: str, context: int = DEFAULT_CONTEXT, progress: Progress | 
         recent = Recent(context)
         report = Report(reader.name, header=head, not_observable=tuple(
             f"{identity} ({', '.join(JUDGED_LESS_WITHOUT[identity])})" for identity in sorted(blind)))
+        last: Step | None = None  # judged once the next step (or the end marker) shows it whole
         for step in reader:
             if keep is not None:
                 keep.append(step)
-            _judge_step(monitor, step, recent, report)
-            if progress is not None and report.steps % 1024 == 0 and time.perf_counter() >= due:
-                due = time.perf_counter() + PROGRESS_EVERY
-                progress(report.steps, step.line, due - PROGRESS_EVERY - started)
+            if last is not None:
+                _judge_step(monitor, last, recent, report)
+                if progress is not None and report.steps % 1024 == 0 and time.perf_counter() >= due:
+                    due = time.perf_counter() + PROGRESS_EVERY
+                    progress(report.steps, last.line, due - PROGRESS_EVERY - started)
+            last = step
     report.complete, report.last_line = reader.complete, reader.last_line
+    if last is not None and reader.complete:
+        _judge_step(monitor, last, recent, report)
+    elif last is not None:
+        report.unjudged = last.line
     if reader.complete:
         for violation in monitor.finish():
             _note(report, reader.end_line, violation, recent.context(violation.rid, []))

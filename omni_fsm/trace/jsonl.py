@@ -79,6 +79,38 @@ def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return obj
 
 
+#: JSON literals, and the characters a number may go on with: a line may stop in the middle of one
+_LITERALS = ("true", "false", "null")
+_NUMBER_GOES_ON = frozenset("0123456789.eE+-")
+
+
+def _cut_short(raw: bytes | str) -> bool:
+    """Return whether ``raw`` (a last line without its newline) is a JSON object cut short: some ending makes it
+    one. (A line still being written; anything else that is no JSON is malformed.)"""
+    if isinstance(raw, bytes):
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as err:  # cut inside a character: judge what comes before it
+            if err.reason != "unexpected end of data":
+                return False
+            text = raw[: err.start].decode("utf-8", errors="replace")
+    else:
+        text = raw
+    if not text.lstrip().startswith("{"):
+        return False
+    try:
+        json.loads(text)
+    except json.JSONDecodeError as err:
+        rest = text[err.pos :]
+        return (err.pos >= len(text.rstrip()) or err.msg.startswith("Unterminated string")
+                or rest == "-" or any(literal.startswith(rest) for literal in _LITERALS)
+                or (err.msg.startswith("Invalid \\uXXXX") and len(text) - err.pos <= 6)
+                or (set(rest) <= _NUMBER_GOES_ON and text[: err.pos][-1:].isdigit()))
+    except ValueError:  # e.g. too many digits: no ending mends that
+        return False
+    return False
+
+
 Source = str | os.PathLike[str] | IO[bytes] | IO[str]
 
 
@@ -87,13 +119,16 @@ class TraceReader:
 
     Iterate it once. ``complete`` becomes true when the end marker is read (``end_line`` is its
     line); ``last_line`` is the number of the last line read. Any malformed line raises
-    ``MalformedInput(name, line, reason)``; a file that cannot be opened does too, with line 0.
+    ``MalformedInput(name, line, reason)``; a file that cannot be opened does too, with line 0. The
+    one exception: a last line without its newline that is no JSON (yet) is a line still being
+    written, not read: ``partial_line`` is its number (0: none), and the trace is incomplete.
     """
 
     def __init__(self, source: Source, name: str | None = None) -> None:
         self.complete = False
         self.end_line = 0
         self.last_line = 1
+        self.partial_line = 0
         self._owned: IO[bytes] | None = None
         if isinstance(source, (str, os.PathLike)):
             self.name = name if name is not None else os.fspath(source)
@@ -169,7 +204,15 @@ class TraceReader:
                 self.last_line = number
                 if self.complete:
                     raise self._bad(number, "a line after the end marker")
-                item = self._item(number, self._parse(number, raw), stages, version)
+                try:
+                    obj = self._parse(number, raw)
+                except MalformedInput:
+                    whole = raw.endswith(b"\n") if isinstance(raw, bytes) else raw.endswith("\n")
+                    if whole or not _cut_short(raw):
+                        raise
+                    self.partial_line = number  # the last line, still being written
+                    break
+                item = self._item(number, obj, stages, version)
                 if item is None:
                     self.complete, self.end_line = True, number
                 elif isinstance(item, ev.Event):
@@ -296,7 +339,7 @@ class TraceWriter:
     def header(self, kinds: Sequence[StageKind], final: Sequence[bool], capacity: int,
                loop: str | None = None) -> None:  # fmt: skip
         """Write the header line (once, first); ``loop``: the orchestration loop the run uses (``"event"`` or
-        ``"poll"``), which ``omni-fsm compare`` pairs runs by."""
+        ``"poll"``), which tells two runs apart when ORCH-INV-303 compares them (``omni_fsm.same_client_streams``)."""
         if self._header_written:
             raise ConfigError("the header is already written")
         head = TraceHeader(*pipeline_shape(kinds, final), capacity, loop=loop)

@@ -5,7 +5,8 @@ of one's own (``omni_fsm.view.page.render_page``). Pure: the caller reads the tr
 (``omni_fsm.trace.check.check_trace(path, keep=steps)``) and passes the rules' text (``specs/invariants.toml``,
 through ``omni_fsm.registry``); nothing here opens a file. A *lane* is one request id (a client request, an
 ``n>1`` child, a CFG companion): its events and observations in trace order, each chip naming its stage (and
-replica, where the line names one), its terminal and its abort marked.
+replica, where the line names one), its terminal and its abort marked; it is labelled with the engine's id and
+the client's own (``Submit.request_id``, a version-3 trace's), and the filter finds either.
 """
 
 from __future__ import annotations
@@ -59,6 +60,7 @@ class Lane:
     companions: int = 0
     outcome: str = "open"  #: "finished/stop", "aborted/abort", ...; "released", "rejected", "open"
     violations: list[tuple[str, str]] = attrs.field(factory=list)  #: (``v1``, its invariant) per violation about it
+    request_id: str | None = None  #: the client's own id for its request (a dependent: its parent's)
 
 
 def _stage(item: Item) -> str:
@@ -110,7 +112,9 @@ def trace_lines(header: TraceHeader, steps: Sequence[Step], end_line: int | None
 
 
 def _outcome(lane: Lane, item: Item) -> None:
-    if isinstance(item, ob.Submitted):
+    if isinstance(item, ev.Submit):
+        lane.request_id = item.request_id
+    elif isinstance(item, ob.Submitted):
         lane.role, lane.parent, lane.n, lane.companions = item.role.value, item.parent, item.n, item.companions
     elif isinstance(item, ob.Emitted) and item.finished and item.outcome is not None:
         reason = f"/{item.reason.value}" if item.reason is not None else ""
@@ -132,6 +136,10 @@ def request_lanes(steps: Sequence[Step], lines: Sequence[Shown]) -> dict[int, La
             rid = getattr(item, "rid", None)
             if item is not None and isinstance(rid, int) and rid in lanes:
                 _outcome(lanes[rid], item)
+    for lane in lanes.values():  # a child or companion is part of its parent's request: it carries the client's id
+        parent = lanes.get(lane.parent)
+        if lane.request_id is None and parent is not None:
+            lane.request_id = parent.request_id
     return lanes
 
 
@@ -149,7 +157,7 @@ def _stages(header: TraceHeader) -> str:
 
 
 def _summary(report: Report, header: TraceHeader, lanes: Mapping[int, Lane], lines: int) -> Section:
-    complete = "yes (end marker read)" if report.complete else "no: no end marker, end-of-history rules not applied"
+    complete = "yes (end marker read)" if report.complete else f"no: {report.incomplete()}"
     rows = [("trace", f"<code>{esc(report.name)}</code>"), ("pipeline", _stages(header) + " (* = final output)"),
             ("capacity", f"{header.capacity} running slots per stage"), ("steps", str(report.steps)),
             ("lines", str(lines)), ("client requests", str(report.requests)),
@@ -182,7 +190,7 @@ def _violation(vid: str, found: Finding, lines: Sequence[int], text: Mapping[int
 def _violations(report: Report, offending: Mapping[str, list[int]], text: Mapping[int, str],
                 rules: Mapping[str, RuleText]) -> Section:
     if not report.found:
-        tail = "" if report.complete else " among the steps present (no end marker: end-of-history rules not applied)"
+        tail = "" if report.complete else f" among the steps present ({report.incomplete()})"
         body = f'<p class="clean" id="no-violations">No violation: every invariant holds{esc(tail)}.</p>'
     else:
         body = "\n".join(_violation(vid, f, offending[vid], text, rules)
@@ -205,20 +213,22 @@ def _lane(lane: Lane, marked: Mapping[int, list[str]]) -> str:
     parent = f' of <a href="#rid-{lane.parent}">{lane.parent}</a>' if lane.parent >= 0 else ""
     extra = (f" n={lane.n}" if lane.n > 1 else "") + (f" companions={lane.companions}" if lane.companions else "")
     badges = " ".join(f'<a class="badge bad" href="#{vid}">{esc(inv)}</a>' for vid, inv in lane.violations)
-    search = " ".join([str(lane.rid), lane.role, lane.outcome, *(inv for _, inv in lane.violations)]).lower()
+    client = lane.request_id if lane.request_id is not None else ""
+    search = " ".join([str(lane.rid), client, lane.role, lane.outcome, *(inv for _, inv in lane.violations)]).lower()
     outcome = lane.outcome.split("/")[0]
     classes = "lane violating" if lane.violations else "lane"
     chips = "".join(_chip(shown, marked) for shown in lane.lines)
+    label = f"<b>request {lane.rid}</b>" + (f' <code class="client-id">{esc(client)}</code>' if client else "")
     return (f'<div class="{classes}" id="rid-{lane.rid}" data-rid="{lane.rid}" data-search="{esc(search)}">'
-            f'<div class="lane-head"><b>request {lane.rid}</b> <span class="muted">{esc(lane.role)}{parent}'
+            f'<div class="lane-head">{label} <span class="muted">{esc(lane.role)}{parent}'
             f'{esc(extra)}</span><br><span class="badge out-{esc(outcome)}">{esc(lane.outcome)}</span> {badges}'
             f'</div><ol class="items">{chips}</ol></div>')
 
 
 def _lanes(lanes: Mapping[int, Lane], marked: Mapping[int, list[str]]) -> Section:
-    tools = ('<p class="tools"><input id="lane-filter" type="search" placeholder="filter: id, role, outcome, '
-             'invariant" aria-label="filter the lanes"> <label><input id="lane-only-violations" type="checkbox"> '
-             'only lanes with a violation</label> <span class="muted" id="lane-count"></span></p>')
+    tools = ('<p class="tools"><input id="lane-filter" type="search" placeholder="filter: id, client id, role, '
+             'outcome, invariant" aria-label="filter the lanes"> <label><input id="lane-only-violations" '
+             'type="checkbox"> only lanes with a violation</label> <span class="muted" id="lane-count"></span></p>')
     body = "\n".join(_lane(lane, marked) for lane in lanes.values())
     return Section("lanes", f"Requests ({len(lanes)} lanes)", f'{tools}\n<div class="lanes">\n{body}\n</div>')
 

@@ -2,7 +2,8 @@
 
 A fault starts from a valid history (the real core run on a short event sequence, which the
 monitor judges clean) and injects one wrong observation: added, dropped, reordered or altered.
-The faulty history must make exactly the invariant of its ``covers`` mark fail. Where the fault
+The faulty history must make exactly the invariant of its ``covers`` mark fail, with a message that names the
+facts that broke it (``SAID``). Where the fault
 leaves a request open for good, the faulty history is judged as a prefix (``complete=False``):
 the end-of-history rules would only repeat the consequence. Historic bugs are named (B1..B13).
 """
@@ -759,6 +760,211 @@ def test_fault_trips_exactly_its_invariant(fault: Callable[[], Fault], request: 
     base, faulty = fault()
     assert base.violations() == set(), "the baseline (the real core's history) must be clean"
     assert faulty.violations() == set(marker.args)
+
+
+# -- what a violation says: the facts that broke the rule ------------------------------------------------
+
+#: fault -> (request, message) of each violation of its invariant, in the order found: each names the facts it saw
+#: (the ids, stages, outcomes and reports of the history above that broke the rule)
+SAID: dict[str, list[tuple[int | None, str]]] = {
+    "forward_before_stage_finished": [(1, "forwarded from stage 0 before that stage finished it")],
+    "forward_skips_a_stage": [(1, "forwarded 0 -> 2; the next stage is 1")],
+    "dispatch_after_terminal": [(1, "dispatched to stage 0 after its terminal")],
+    "zombie_rescheduled_after_abort": [
+        (1, "dispatched to stage 0 after its terminal"),
+        (1, "scheduled again at stage 0 after its terminal"),
+    ],
+    "second_terminal_after_abort": [
+        (1, "a second terminal: Emitted(rid=1, stage=0, cumulative=2, finished=True, outcome=aborted, "
+            "reason=abort)"),
+        (1, "2 terminals at the end (exactly one expected)"),
+    ],
+    "terminal_never_reaches_consumer": [
+        (1, "the physical abort at stage 0 succeeded and the request ended without a terminal"),
+        (1, "0 terminals at the end (exactly one expected)"),
+    ],
+    "stage_abort_ends_request_failed": [(1, "ended failed by StageAborted at stage 0 (aborted expected)")],
+    "parent_finishes_after_sample_failed": [
+        (1, "parent ended finished as its sample 1 ended by StageFailed at stage 0 (failed expected)"),
+    ],
+    "earlier_stage_message_after_later_stage": [(1, "stage 0 message after a stage 1 message")],
+    "message_after_terminal": [(1, "a message after the terminal: Emitted(rid=1, stage=0, tokens=1, cumulative=3)")],
+    "empty_final_without_reason": [
+        (1, "finished with reason none; its stage reported ignored (length expected)"),
+        (1, "terminal at stage 0 with outcome finished and finish reason none"),
+    ],
+    "terminal_without_outcome": [(1, "terminal at stage 0 with outcome none and finish reason stop")],
+    "length_finish_ends_as_stop": [(1, "finished with reason stop; its stage reported length (length expected)")],
+    "sample_length_finish_ends_as_stop": [
+        (1, "finished with reason stop; its stage reported length (length expected)"),
+    ],
+    "child_message_addressed_to_child": [
+        (2, "a message to the client for a request it never submitted (the child of request 1): Emitted(rid=2, "
+            "stage=0, tokens=1, cumulative=1, sample=0)"),
+    ],
+    "companion_visible_to_client": [
+        (2, "a message to the client for a request it never submitted (the companion of request 1): "
+            "Emitted(rid=2, stage=0, stage_final=True, reason=stop)"),
+    ],
+    "parent_ends_before_last_child": [(1, "parent ended finished with 1 children still open (3)")],
+    "rpc_answered_twice": [(None, "answer to RPC 1 (wake_up) matches no open call")],
+    "rpc_answers_swapped": [
+        (None, "RPC 1 completed but its caller got no answer (the step answered RpcAnswered(call_id=2, "
+               "method=resume_scheduler, ok=True))"),
+        (None, "RPC 2 completed but its caller got no answer (the step answered RpcAnswered(call_id=1, "
+               "method=wake_up, ok=True))"),
+    ],
+    "abort_answer_without_caller": [(1, "an abort answer with no abort caller: AbortAnswered(rid=1, ok=True)")],
+    "abort_answered_twice": [(1, "an answer to abort call 0, which is not open (answered already, or never made)")],
+    "rpc_never_answered": [(None, "RPC 1 (wake_up) was never answered")],
+    "late_output_not_dropped": [(1, "StageOutput of stage 0 for an ended request was acted on")],
+    "late_report_drops_another_event": [
+        (1, "StageOutput of stage 0 for an ended request was acted on (StageFinished dropped instead)"),
+    ],
+    "late_report_turns_engine_dead": [
+        (1, "the step that dropped a late AbortDone also observed EngineChanged(state=dead)"),
+    ],
+    "late_report_ends_neighbour": [
+        (1, "the step that dropped a late StageOutput also observed SlotFreed(rid=5, stage=0), Emitted(rid=5, "
+            "stage=0, finished=True, outcome=failed, reason=error), Released(rid=5)"),
+    ],
+    "admitted_while_paused": [(5, "admitted (dispatched to stage 0) while the engine is paused")],
+    "submit_while_sleeping_admitted": [
+        (5, "admitted (dispatched to stage 0) while the engine is sleeping"),
+        (5, "submitted while sleeping but not refused with error (dispatched to stage 0)"),
+    ],
+    "second_slot_beyond_capacity": [(5, "stage 0 holds 2 slots, capacity 1")],
+    "slot_taken_twice": [(1, "took a slot at stage 0 (already holds one at stage 0; dispatched to stage 0)")],
+    "abort_drops_generated_prefix": [(1, "abort at stage 0 carries 0 tokens of 2 generated")],
+    "diffusion_abort_carries_partial": [
+        (1, "the abort of diffusion stage 0 carried a partial result (2): Emitted(rid=1, stage=0, cumulative=2, "
+            "finished=True, outcome=aborted, reason=abort)"),
+    ],
+    "partial_diffusion_output": [
+        (1, "a partial output of diffusion stage 0: Emitted(rid=1, stage=0, tokens=2, cumulative=2)"),
+    ],
+    "abort_committed_before_physical_abort": [(1, "committed before the physical abort at stage 0")],
+    "failed_physical_abort_committed": [
+        (1, "a failed physical abort was committed (AbortFailed at stage 0)"),
+        (1, "committed before the physical abort at stage 0"),
+    ],
+    "parent_abort_misses_child": [(3, "the abort of parent 1 did not reach this child")],
+    "child_abort_leaves_parent": [(1, "the last child (3) ended but the parent was kept")],
+    "forward_before_companions_done": [(1, "forwarded 0 -> 1 with 0/1 companions done")],
+    "lost_companion_leaves_parent_running": [
+        (1, "a companion was lost but the parent did not fail: companion 2 released unfinished, it did not end "
+            "(failed expected)"),
+    ],
+    "companion_sent_on_is_not_done": [
+        (1, "a companion was lost but the parent did not fail: companion 2 released unfinished, it did not end "
+            "(failed expected)"),
+    ],
+    "parent_abort_misses_companion": [(2, "the abort of parent 1 did not reach this companion")],
+    "rpc_failure_kills_requests": [
+        (None, "a worker error of RPC 1 ended requests or the engine: EngineChanged(state=dead), Emitted(rid=1, "
+               "stage=0, finished=True, outcome=fatal, reason=error)"),
+    ],
+    "rpc_error_reported_as_success": [
+        (None, "worker error 'boom' of RPC 1 did not reach its caller (it got RpcAnswered(call_id=1, "
+               "method=sleep, ok=True))"),
+    ],
+    "rpc_error_without_exception": [
+        (None, "RPC 1 (resume_scheduler) failed without the worker's error"),
+        (None, "worker error 'boom' of RPC 1 did not reach its caller (it got RpcAnswered(call_id=1, "
+               "method=resume_scheduler, ok=False))"),
+    ],
+    "rpc_error_replaced": [(None, "RPC 1 answered with error 'unsupported', not the worker's 'boom'")],
+    "request_failure_ends_neighbour": [
+        (5, "ended by a failure of request 1 (StageFailed(rid=1, stage=0)): Emitted(rid=5, stage=0, "
+            "finished=True, outcome=failed, reason=error)"),
+    ],
+    "output_of_one_request_ends_another": [
+        (5, "ended by StageOutput of request 1 (StageOutput(rid=1, stage=0)): Emitted(rid=5, stage=0, "
+            "finished=True, outcome=failed, reason=error)"),
+    ],
+    "replica_loss_ends_neighbour": [
+        (5, "ended by a failure of request 1 (ReplicaLost(rid=1, stage=0)): Emitted(rid=5, stage=0, "
+            "finished=True, outcome=failed, reason=error)"),
+    ],
+    "ends_at_earlier_final_stage": [(1, "finished at stage 0, not at the last final-output stage (1)")],
+    "length_cap_with_no_tokens_ends_early": [(1, "finished at stage 0, not at the last final-output stage (1)")],
+    "abort_message_per_final_stage": [
+        (1, "an abort message that is not the terminal: Emitted(rid=1, stage=1, cumulative=1, stage_final=True, "
+            "outcome=aborted, reason=abort)"),
+    ],
+    "engine_abort_keeps_request_state": [
+        (1, "terminal emitted but its state was kept (no Released): Emitted(rid=1, stage=0, finished=True, "
+            "outcome=aborted, reason=abort)"),
+        (1, "state still kept at the end"),
+    ],
+    "success_keeps_request_state": [
+        (1, "terminal emitted but its state was kept (no Released): Emitted(rid=1, stage=0, cumulative=2, "
+            "finished=True, outcome=finished, reason=stop)"),
+        (1, "state still kept at the end"),
+    ],
+    "output_after_abort": [
+        (1, "output after the abort was requested: Emitted(rid=1, stage=0, tokens=1, cumulative=3)"),
+    ],
+    "abort_done_ends_request_as_finished": [
+        (1, "the physical abort at stage 0 succeeded but the request ended finished: Emitted(rid=1, stage=0, "
+            "cumulative=2, finished=True, outcome=finished, reason=stop)"),
+    ],
+    "chunk_wait_survives_abort": [(1, "the physical abort at stage 0 succeeded but the request did not end")],
+    "engine_death_reports_abort": [(5, "ended aborted, expected fatal")],
+    "engine_death_misses_request": [(5, "open request got no terminal (fatal expected)")],
+    "shutdown_fails_requests": [(5, "ended failed, expected aborted")],
+    "shutdown_misses_request": [(5, "open request got no terminal (aborted expected)")],
+    "runtimes_stop_before_orchestrator": [
+        (None, "runtimes stopped before the orchestrator"),
+        (None, "orchestrator stopped after the runtimes"),
+        (None, "the orchestrator stopped but the runtimes never did (no RuntimesStopped)"),
+    ],
+    "runtimes_never_stop": [(None, "the orchestrator stopped but the runtimes never did (no RuntimesStopped)")],
+    "submit_accepted_after_stop": [(7, "Submitted(rid=7) after the orchestrator stopped")],
+    "rpc_answered_after_stop": [
+        (None, "RpcAnswered(call_id=1, method=sleep, ok=False, error='engine shut down') after the orchestrator "
+               "stopped"),
+    ],
+    "waiting_request_preempted": [(1, "WAITING -> PREEMPTED (Preempted at stage 0) is not an upstream transition")],
+    "running_request_back_to_grammar_wait": [
+        (1, "RUNNING -> WAITING_FOR_STRUCTURED_OUTPUT_GRAMMAR (AwaitGrammar at stage 0) is not an upstream "
+            "transition"),
+    ],
+    "scheduled_without_slot": [(1, "scheduled at stage 0 but holds no slot (KV cache) there")],
+    "preempted_keeps_slot": [(1, "preempted but still holds its slot (KV cache) at stage 0")],
+    "dispatch_without_forward": [(1, "reached stage 1 without a forward through its adapter")],
+    "report_from_unassigned_stage_acted_on": [(1, "StageOutput at stage 0 acted on; assigned stage is 1")],
+    "terminal_keeps_kv_slot": [(1, "state dropped while holding a slot at stage 0")],
+    "success_keeps_kv_slot": [(1, "state dropped while holding a slot at stage 0")],
+}
+
+#: the same faults, without their ``covers`` marks: what a violation says is not what detects it
+MESSAGES = [pytest.param(param.values[0], param.marks[0].args, id=param.id) for param in FAULTS]
+
+
+@pytest.mark.parametrize(("fault", "invariants"), MESSAGES)
+def test_violation_message_names_the_facts_it_saw(fault: Callable[[], Fault], invariants: tuple[str, ...],
+                                                  request: pytest.FixtureRequest) -> None:  # fmt: skip
+    _, faulty = fault()
+    p = faulty.pipeline
+    found = check_history(p.kinds, p.final, faulty.steps, p.capacity, faulty.complete)
+    assert [(v.rid, v.message) for v in found if v.invariant in invariants] == SAID[request.node.callspec.id]
+
+
+def test_abort_ends_names_the_end_that_is_not_an_abort() -> None:
+    """Two ends in the step of a successful physical abort, the aborted one first: ORCH-INV-209 names the other."""
+    base = abort_one_ar()
+    i = base.at(ev.AbortDone(1, 0))
+    outputs = base.outputs(i)
+    end = next(o for o in outputs if terminal(o))
+    finished = attrs.evolve(end, outcome=Outcome.FINISHED, reason=R.STOP)
+    at = outputs.index(end) + 1
+    faulty = base.with_step(i, outputs=[*outputs[:at], finished, *outputs[at:]])
+    p = faulty.pipeline
+    found = check_history(p.kinds, p.final, faulty.steps, p.capacity)
+    assert [v.message for v in found if v.invariant == "ORCH-INV-209"] == [
+        "the physical abort at stage 0 succeeded but the request ended finished: Emitted(rid=1, stage=0, "
+        "cumulative=2, finished=True, outcome=finished, reason=stop)"]
 
 
 def test_every_history_check_has_a_fault() -> None:

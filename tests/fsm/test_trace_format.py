@@ -335,3 +335,15 @@ def test_the_header_names_the_loop_when_given_and_refuses_an_unknown_one(tmp_pat
     assert "loop" not in json.loads(unnamed.read_text().splitlines()[0]) and read_trace(unnamed).header.loop is None
     with pytest.raises(ConfigError, match=r'header: loop must be one of "event", "poll", not "threads"'):
         TraceWriter(tmp_path / "bad.jsonl").header([StageKind.AR], [True], 2, loop="threads")
+
+
+def test_a_last_line_cut_short_is_a_line_still_being_written() -> None:
+    """A trace copied while it is written may stop inside a line: that line is not read (the trace is incomplete);
+    the same line with its newline is malformed, and so is an unterminated last line no ending could mend."""
+    text = f'{HEADER}\n{SUBMIT}\n{{"out":"submitted","rid":1,"ro'
+    reader = read_trace(io.BytesIO(text.encode()), name="t")
+    assert [step.outputs for step in reader] == [()]
+    assert (reader.complete, reader.partial_line, reader.last_line) == (False, 3, 3)
+    for bad in (text + "\n", f"{HEADER}\n{SUBMIT}\n{{oops"):
+        with pytest.raises(MalformedInput, match=r"^t:3: bad JSON"):
+            list(read_trace(io.BytesIO(bad.encode()), name="t"))

@@ -15,7 +15,7 @@ from omni_fsm import ControlMethod, Lifecycle, StageKind
 from omni_fsm import events as ev
 from omni_fsm.cli import main as cli_main
 from omni_fsm.cli.view import rule_texts
-from omni_fsm.registry import load_registry, packaged_root
+from omni_fsm.registry import load_registry, normalize, packaged_root
 from omni_fsm.trace import Step, write_trace
 from omni_fsm.trace.check import check_trace
 from omni_fsm.view import Section, render_page, render_trace, script_json
@@ -78,14 +78,54 @@ def test_a_counterexample_shows_its_violation_with_the_rule_text_and_its_lines(t
     rule = load_registry(packaged_root()).get("ORCH-INV-206")
     assert rule is not None
     assert page.count('<article class="violation"') == 1
-    assert '<span class="rule-id">ORCH-INV-206</span>' in page and html.escape(rule.rule) in page
-    assert html.escape(rule.title) in page
+    assert '<span class="rule-id">ORCH-INV-206</span>' in page and html.escape(rule.title) in page
+    assert f'<blockquote class="rule-text">{html.escape(rule.statement)}</blockquote>' in page
+    assert "Test routing, output ordering" not in page  # the safe-change guide's sentence 206 is derived from
     failed = next(n for n, line in enumerate(path.read_text().splitlines(), 1) if '"stage_failed"' in line)
     assert re.search(rf'<div class="tl in offending" data-violations="v1" id="L{failed}"', page)
     assert sorted(lanes_in(page)) == sorted(request_ids(path))
     assert re.search(r'<div class="lane violating" id="rid-1"', page)  # the request the failure wrongly ended
     data = json.loads(re.search(rf'<script type="application/json" id="{DATA_ID}">(.*?)</script>', page).group(1))
     assert data["violations"]["v1"]["invariant"] == "ORCH-INV-206" and failed in data["violations"]["v1"]["lines"]
+
+
+def test_every_rule_text_shown_is_the_rule_not_the_paragraph_it_cites() -> None:
+    """A derived rule (ORCH-INV-209 from the contract's ownership paragraph, say) is shown as its refinement."""
+    registry = load_registry(packaged_root())
+    paragraphs = {normalize(item.text) for c in registry.contracts for item in c.items if item.role != "rule"}
+    shown = rule_texts()
+    assert set(shown) == {inv.id for inv in registry.invariants}
+    for inv in registry.invariants:
+        title, text = shown[inv.id]
+        assert title == inv.title and normalize(text) not in paragraphs, inv.id
+        contract = registry.contract(inv.source.contract)
+        cited = contract.item(inv.source.item) if contract is not None else None
+        assert cited is not None
+        if inv.source.derived:
+            assert normalize(cited.text) not in normalize(text) and normalize(inv.rule).endswith(normalize(text[1:]))
+        else:
+            assert text == inv.rule
+    assert shown["ORCH-INV-209"][1].startswith("After an abort request no more output reaches the client")
+
+
+def trace_with_client_ids(folder: Path) -> Path:
+    """A clean trace (version 3) whose client requests carry their own ids: one plain, one with n=2."""
+    lc = Lifecycle(KINDS, FINAL, 2)
+    inputs = [ev.Submit(1, request_id="chat-7"), ev.Submit(2, n=2, request_id="Batch <2>"), ev.Submit(5),
+              ev.Shutdown()]  # fmt: skip
+    path = folder / "ids.trace.jsonl"
+    write_trace(path, KINDS, FINAL, 2, [(e, lc.handle(e)) for e in inputs])
+    return path
+
+
+def test_a_lane_is_labelled_with_the_clients_request_id_and_the_filter_finds_it(tmp_path: Path) -> None:
+    page = page_of(trace_with_client_ids(tmp_path))
+    search = {int(rid): text for rid, text in re.findall(r'id="rid-(\d+)" data-rid="\d+" data-search="([^"]*)"', page)}
+    assert '<b>request 1</b> <code class="client-id">chat-7</code>' in page
+    assert '<b>request 2</b> <code class="client-id">Batch &lt;2&gt;</code>' in page
+    assert "chat-7" in search[1].split() and "batch &lt;2&gt;" in search[2]  # the filter matches in lower case
+    assert all("batch &lt;2&gt;" in search[child] for child in (3, 4))  # its samples are part of that request
+    assert '<b>request 5</b> <span class="muted">' in page and "chat" not in search[5]  # no id given: none shown
 
 
 def test_the_page_loads_nothing_from_anywhere(tmp_path: Path) -> None:
@@ -115,6 +155,7 @@ def test_view_writes_the_page_and_says_so(tmp_path: Path, capsys: pytest.Capture
     trace = cross_failure_counterexample(tmp_path)
     capsys.readouterr()
     page = tmp_path / "pages" / "report.html"
+    page.parent.mkdir()
     assert cli_main(["view", str(trace), "-o", str(page)]) == 0  # a violation is the page's news, not an error
     out, err = capsys.readouterr()
     assert out == f"{page}: {trace}: 3 steps, 2 requests, 1 violations\n" and err == ""
@@ -155,6 +196,15 @@ def test_view_says_in_one_line_when_the_page_cannot_be_written(tmp_path: Path,
     assert cli_main(["view", str(trace), "-o", str(blocker / "report.html")]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"omni-fsm view: {blocker / 'report.html'}: ") and err.count("\n") == 1
+
+
+def test_view_creates_no_missing_directory_and_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    trace = hostile_trace(tmp_path)
+    page = tmp_path / "missing" / "deeper" / "report.html"
+    assert cli_main(["view", str(trace), "-o", str(page)]) == 2  # docs/trace-format.md: the page cannot be written
+    out, err = capsys.readouterr()
+    assert out == "" and err == f"omni-fsm view: {page}: no directory {page.parent} (none is created)\n"
+    assert not (tmp_path / "missing").exists()
 
 
 def test_an_incomplete_trace_is_drawn_and_says_so(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -66,6 +66,9 @@ def test_the_demo_trace_shows_a_lane_per_request_and_no_violation(demo: tuple[Lo
     assert {int(r) for r in loaded.page.locator(".lane").evaluate_all("els => els.map(e => e.dataset.rid)")} == rids
     assert loaded.count(".violation") == 0 and loaded.page.locator("#no-violations").is_visible()
     assert loaded.count(".item.terminal", visible=True) >= 6  # each client request's one terminal, marked
+    loaded.page.fill("#lane-filter", "REQUEST-3")  # omni-run's name for its fourth request: the client's own id
+    shown = loaded.page.locator(".lane:visible .client-id").all_inner_texts()
+    assert shown and set(shown) == {"request-3"}
     assert loaded.errors == [] and loaded.requests == [loaded.html.as_uri()]
 
 
@@ -78,7 +81,7 @@ def test_the_counterexample_shows_its_violation_with_rule_id_text_and_lines(
     assert violation.count() == 1 and violation.is_visible()
     assert violation.locator(".rule-id").inner_text() == "ORCH-INV-206"
     rule = load_registry(packaged_root()).get("ORCH-INV-206")
-    assert rule is not None and violation.locator(".rule-text").inner_text() == rule.rule
+    assert rule is not None and violation.locator(".rule-text").inner_text() == rule.statement
     failed = next(n for n, line in enumerate(trace.read_text().splitlines(), 1) if '"stage_failed"' in line)
     assert page.locator(f"#L{failed}").get_attribute("class") == "tl in offending"
     assert loaded.count(".lane.violating", visible=True) == 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import heapq
 import random
 from collections.abc import Sequence
 from typing import Any
@@ -22,12 +23,13 @@ def request_rng(seed: int, stage: int, req_id: int) -> random.Random:
 class SimRequest:
     """One request inside a simulated replica."""
 
-    __slots__ = ("abort_fails", "chunk_at", "fail", "fed", "generated", "input_ended", "length", "no_output", "park",
-                 "phase", "preempt_at", "prompt", "req_id", "rng", "seq", "stage_input", "text", "tokens",
+    __slots__ = ("abort_fails", "arrival", "chunk_at", "fail", "fed", "generated", "input_ended", "length", "no_output",
+                 "park", "phase", "preempt_at", "prompt", "req_id", "rng", "seq", "stage_input", "text", "tokens",
                  "turn_start")  # fmt: skip
 
-    def __init__(self, req_id: int, stage_input: StageInput, rng: random.Random) -> None:
+    def __init__(self, req_id: int, stage_input: StageInput, rng: random.Random, arrival: int = 0) -> None:
         self.req_id, self.stage_input, self.rng = req_id, stage_input, rng
+        self.arrival = arrival  #: its place among the replica's requests: each step takes them in this order
         self.prompt: tuple[int, ...] = ()  #: the prompt's token ids (text tokenized by the stage)
         self.text: IncrementalText | None = None  #: AR, detokenizing: the output text so far
         #: AR: what samples its tokens: its sampling seed's own generator, else the request's
@@ -43,8 +45,20 @@ class SimRequest:
         self.no_output = self.abort_fails = self.fail = False
 
 
+#: the phases that hold one of the replica's running slots
+HOLDING = frozenset({"running", "parked", "chunk", "streaming"})
+#: the phases that wait in the queue for a slot
+QUEUED = frozenset({"waiting", "preempted"})
+
+
 class SimReplica:
-    """Base of the simulated AR and diffusion replicas (one replica of one stage)."""
+    """Base of the simulated AR and diffusion replicas (one replica of one stage).
+
+    A step costs what the replica runs, not what it holds: the slot holders are kept apart (``holding``) and the
+    queue is a heap by arrival, so that a replica holding many requests steps in time linear in the work done.
+    Both are read against ``requests``, the one record of what the replica holds (a request missing there, or in
+    another phase, is skipped and dropped): each step still takes its requests in arrival order.
+    """
 
     def __init__(self, spec: StageSpec, stage: int, replica: int, seed: int = 0,
                  config: SimConfig | None = None) -> None:  # fmt: skip
@@ -52,6 +66,11 @@ class SimReplica:
         self.config = config or SimConfig()
         self.rng = random.Random(seed * 7919 + stage * 131 + replica)  # report-stream faults only
         self.requests: dict[int, SimRequest] = {}
+        self.holding: dict[int, SimRequest] = {}  #: the slot holders among ``requests`` (``HOLDING``), by id
+        self._queue: list[tuple[int, int]] = []  #: (arrival, id) of the requests waiting for a slot (``QUEUED``)
+        self._arrivals = 0
+        self.ignored: list[SimRequest] = []  #: the requests whose prompt is 'too long': they end at the next step
+        self._indexed = self.requests  #: the dict ``holding``, the queue and ``ignored`` were built from
         self.steps = 0
         self.dead = self.closed = False
         self._sink: rp.ReportSink | None = None
@@ -68,10 +87,14 @@ class SimReplica:
     def add_request(self, req_id: int, stage_input: StageInput) -> None:
         if self.dead or self.closed:
             return
-        req = SimRequest(req_id, stage_input, request_rng(self.seed, self.stage, req_id))
+        req = SimRequest(req_id, stage_input, request_rng(self.seed, self.stage, req_id), self._arrivals)
+        self._arrivals += 1
         req.prompt = stage_tokens(stage_input, self.tokenizer)
         self.plan(req)
         self.requests[req_id] = req
+        if req.phase == "ignored":
+            self.ignored.append(req)
+        self.enqueue(req)
 
     def abort_requests(self, abort_id: int, req_ids: Sequence[int]) -> None:
         if self.dead or self.closed:
@@ -83,6 +106,7 @@ class SimReplica:
                 self.emit(rp.AbortResult(abort_id, req_id, False, "abort failed in the engine core"))
                 continue
             self.requests.pop(req_id, None)
+            self.holding.pop(req_id, None)
             self.emit(rp.AbortResult(abort_id, req_id, True))
 
     def feed_input(self, req_id: int, part: StageInput, last: bool) -> None:
@@ -112,6 +136,7 @@ class SimReplica:
                 for req in list(self.requests.values()):
                     self.report(req, rp.Aborted)
                 self.requests.clear()
+                self.holding.clear()
         self._rpcs.append((call_id, error))
 
     def step(self) -> bool:
@@ -196,4 +221,71 @@ class SimReplica:
 
     def running(self) -> int:
         """Return the slots in use (running or parked)."""
-        return sum(1 for r in self.requests.values() if r.phase in ("running", "parked", "chunk", "streaming"))
+        return len(self.holders())
+
+    # -- the queue and the slot holders ------------------------------------------------------------------
+
+    def move(self, req: SimRequest, phase: str) -> None:
+        """Put ``req`` in ``phase``: a slot holder is kept among ``holding``, a waiting one goes back in the queue."""
+        req.phase = phase
+        if phase in HOLDING:
+            self.holding[req.req_id] = req
+        else:
+            self.holding.pop(req.req_id, None)
+            self.enqueue(req)
+
+    def enqueue(self, req: SimRequest) -> None:
+        """Queue ``req`` for a slot by its arrival, if its phase waits for one."""
+        if req.phase in QUEUED:
+            heapq.heappush(self._queue, (req.arrival, req.req_id))
+
+    def end(self, req: SimRequest) -> None:
+        """Forget ``req``: it ended here."""
+        self.requests.pop(req.req_id, None)
+        self.holding.pop(req.req_id, None)
+
+    def reindex(self) -> None:
+        """Build ``holding``, the queue and ``ignored`` anew if ``requests`` was replaced as a whole (a wrapper may
+        hide them from one step by swapping in another dict: what it swaps back is indexed again)."""
+        if self.requests is self._indexed:
+            return
+        self._indexed = requests = self.requests
+        self.holding = {rid: req for rid, req in requests.items() if req.phase in HOLDING}
+        self._queue = [(req.arrival, rid) for rid, req in requests.items() if req.phase in QUEUED]
+        heapq.heapify(self._queue)
+        self.ignored = sorted((req for req in requests.values() if req.phase == "ignored"), key=_by_arrival)
+
+    def holders(self) -> list[SimRequest]:
+        """Return the slot holders in arrival order (those no longer held, or no longer holding, dropped)."""
+        self.reindex()
+        requests = self.requests
+        gone = [rid for rid, req in self.holding.items() if requests.get(rid) is not req or req.phase not in HOLDING]
+        for rid in gone:
+            del self.holding[rid]
+        return sorted(self.holding.values(), key=_by_arrival)
+
+    def next_queued(self) -> SimRequest | None:
+        """Take the first request of the queue still waiting for a slot (``None``: none is)."""
+        self.reindex()
+        queue, requests = self._queue, self.requests
+        while queue:
+            _, rid = heapq.heappop(queue)
+            req = requests.get(rid)
+            if req is not None and req.phase in QUEUED:
+                return req
+        return None
+
+    def schedule(self, free: int) -> list[SimRequest]:
+        """Take up to ``free`` requests off the queue, in arrival order (the caller gives each a slot)."""
+        taken: list[SimRequest] = []
+        while len(taken) < free:
+            req = self.next_queued()
+            if req is None:
+                break
+            if req.phase in QUEUED and all(req is not other for other in taken):
+                taken.append(req)
+        return taken
+
+
+def _by_arrival(req: SimRequest) -> int:
+    return req.arrival

@@ -52,32 +52,32 @@ class SimAR(SimReplica):
             req.phase = "ignored"
 
     def work(self) -> None:
-        reqs = list(self.requests.values())
-        for req in reqs:  # a streaming-input session between turns: its next part, or the end of its input
+        held = self.holders()
+        for req in held:  # a streaming-input session between turns: its next part, or the end of its input
             if req.phase == "streaming" and req.fed:
                 self._next_turn(req)
-        reqs = list(self.requests.values())
-        for req in reqs:  # what a parked request waited for has arrived
+        for req in self.holders():  # what a parked request waited for has arrived
             if req.phase in ("parked", "chunk"):
                 if self.config.parked_needs_free_slot and self.running() >= self.spec.max_running:
                     continue  # B4: its own slot is not counted as free, so with every slot parked it never resumes
-                req.phase = "waiting"
+                self.move(req, "waiting")
                 self.report(req, rp.StatusChanged, _S.INPUT_READY)
-        used = self.running()
-        for req in reqs:
+        ignored, self.ignored = self.ignored, []
+        starting = self.schedule(self.spec.max_running - self.running())
+        for req in sorted((*ignored, *starting), key=lambda r: r.arrival):  # as they arrived
             if req.phase == "ignored":
-                self.report(req, rp.Finished, StopKind.IGNORED)
-                del self.requests[req.req_id]
-            elif req.phase in ("waiting", "preempted") and used < self.spec.max_running:
-                used += 1
-                if req.park and req.phase == "waiting":
-                    self.report(req, rp.StatusChanged, req.park)
-                    req.park, req.phase = None, "parked"
-                else:
-                    self.report(req, rp.StatusChanged, _S.SCHEDULED)
-                    req.phase = "running"
-        for req in reqs:
-            if req.phase == "running" and req.req_id in self.requests:
+                if self.requests.get(req.req_id) is req:
+                    self.report(req, rp.Finished, StopKind.IGNORED)
+                    self.end(req)
+            elif req.park and req.phase == "waiting":
+                self.report(req, rp.StatusChanged, req.park)
+                req.park = None
+                self.move(req, "parked")
+            else:
+                self.report(req, rp.StatusChanged, _S.SCHEDULED)
+                self.move(req, "running")
+        for req in self.holders():
+            if req.phase == "running":
                 self._generate(req)
 
     def _next_turn(self, req: SimRequest) -> None:
@@ -87,12 +87,12 @@ class SimAR(SimReplica):
         if not any(tokens for tokens, _ in parts):  # the session ends as its last turn did
             self._rest_of_text(req)
             self.report(req, rp.Finished, self._turn_stop(req))
-            del self.requests[req.req_id]
+            self.end(req)
             return
         req.prompt += tuple(t for tokens, _ in parts for t in tokens)
         req.turn_start = req.generated
         req.length = req.generated + req.rng.randint(1, req.stage_input.max_tokens or self.spec.max_tokens)
-        req.phase = "waiting"
+        self.move(req, "waiting")
         self.report(req, rp.StatusChanged, _S.INPUT_READY)
 
     def _turn_stop(self, req: SimRequest) -> StopKind:
@@ -109,7 +109,7 @@ class SimAR(SimReplica):
     def _generate(self, req: SimRequest) -> None:
         if req.fail:
             self.report(req, rp.Failed, "injected stage failure")
-            del self.requests[req.req_id]
+            self.end(req)
             return
         if not req.no_output:
             count = min(req.rng.randint(1, 2), req.length - req.generated)
@@ -119,18 +119,20 @@ class SimAR(SimReplica):
             req.generated += count
             if req.text is not None and req.text.stop_reason is not None:  # found above the scheduler: ended here
                 self.report(req, rp.Finished, StopKind.STOP, None, req.text.stop_reason)
-                del self.requests[req.req_id]
+                self.end(req)
                 return
         if req.generated >= req.length and (not req.input_ended or req.fed):  # a turn of a streaming session ended
-            req.phase = "streaming"
+            self.move(req, "streaming")
             self.report(req, rp.StatusChanged, _S.AWAIT_STREAMING)
         elif req.no_output or req.generated >= req.length:
             self._rest_of_text(req)
             self.report(req, rp.Finished, self._turn_stop(req))
-            del self.requests[req.req_id]
+            self.end(req)
         elif req.generated >= req.preempt_at > 0:
-            req.preempt_at, req.phase = -1, "preempted"
+            req.preempt_at = -1
+            self.move(req, "preempted")
             self.report(req, rp.StatusChanged, _S.PREEMPTED)
         elif req.generated >= req.chunk_at > 0:
-            req.chunk_at, req.phase = -1, "chunk"
+            req.chunk_at = -1
+            self.move(req, "chunk")
             self.report(req, rp.StatusChanged, _S.AWAIT_CHUNK)

@@ -13,21 +13,17 @@ class SimDiffusion(SimReplica):
     """Runs ``steps`` denoising steps per request; the finish carries the sample. An abort keeps nothing."""
 
     def work(self) -> None:
-        reqs = list(self.requests.values())
-        used = self.running()
-        for req in reqs:
-            if req.phase == "waiting" and used < self.spec.max_running:
-                used += 1
-                self.report(req, rp.StatusChanged, rp.Status.SCHEDULED)
-                req.phase = "running"
-        for req in reqs:
-            if req.phase == "running" and req.req_id in self.requests:
+        for req in self.schedule(self.spec.max_running - self.running()):
+            self.report(req, rp.StatusChanged, rp.Status.SCHEDULED)
+            self.move(req, "running")
+        for req in self.holders():
+            if req.phase == "running":
                 self._denoise(req)
 
     def _denoise(self, req: SimRequest) -> None:
         if req.fail:
             self.report(req, rp.Failed, "injected stage failure")
-            del self.requests[req.req_id]
+            self.end(req)
             return
         if not req.no_output:
             self.report(req, rp.Output, 1)
@@ -39,4 +35,4 @@ class SimDiffusion(SimReplica):
                 digest = zlib.crc32(repr(sorted(mm.items())).encode())
                 image = {"image": f"{digest:08x}", "size": mm.get("size"), "cfg": len(mm.get("negative", ()))}
             self.report(req, rp.Finished, StopKind.STOP, image)
-            del self.requests[req.req_id]
+            self.end(req)
