@@ -11,8 +11,6 @@ from collections.abc import Sequence
 from enum import Enum
 from typing import Any
 
-import attrs
-
 from omni_fsm.invariants.checks import CHECKS, Violation
 from omni_fsm.invariants.view import View
 from omni_fsm.spec import events as ev
@@ -63,12 +61,12 @@ class Judge:
 
 def fact(item: ev.Event | ob.Observation) -> str:
     """Return an event or observation as a violation names it: ``SlotFreed(rid=5, stage=0)`` (defaults left out)."""
-    shown = []
-    for field in attrs.fields(type(item)):
-        value = getattr(item, field.name)
-        if field.default is not attrs.NOTHING and value == field.default:
+    shown, defaults = [], getattr(item, "_field_defaults", {})  # a named tuple's defaults, by field
+    for name in type(item).field_names():
+        value = getattr(item, name)
+        if name in defaults and value == defaults[name]:
             continue
-        shown.append(f"{field.name}={value.value if isinstance(value, Enum) else repr(value)}")
+        shown.append(f"{name}={value.value if isinstance(value, Enum) else repr(value)}")
     return f"{type(item).__name__}({', '.join(shown)})"
 
 

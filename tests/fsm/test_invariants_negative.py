@@ -957,7 +957,7 @@ def test_abort_ends_names_the_end_that_is_not_an_abort() -> None:
     i = base.at(ev.AbortDone(1, 0))
     outputs = base.outputs(i)
     end = next(o for o in outputs if terminal(o))
-    finished = attrs.evolve(end, outcome=Outcome.FINISHED, reason=R.STOP)
+    finished = end._replace(outcome=Outcome.FINISHED, reason=R.STOP)
     at = outputs.index(end) + 1
     faulty = base.with_step(i, outputs=[*outputs[:at], finished, *outputs[at:]])
     p = faulty.pipeline
