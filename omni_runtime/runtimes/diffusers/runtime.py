@@ -125,6 +125,8 @@ class DiffusersRuntime:
         if not self.held:
             self._deliver()
             self._denoise()
+            if self._decoding and not self._running():  # nothing left to overlap with: wait for the images
+                self._deliver(wait=True)
         if self.draining and not self._running() and not self._decoding:
             self.held.add(ControlMethod.PAUSE_SCHEDULER)
             for call_id in self.draining:
@@ -223,12 +225,12 @@ class DiffusersRuntime:
         self._decoding.append((decoding, done))
         self._deliver()  # on the CPU the images are there already
 
-    def _deliver(self) -> None:
-        """Report ``Finished`` with its image for each request whose image reached the host (no wait for the device:
-        the others at a later step), unless it ended meanwhile (aborted)."""
+    def _deliver(self, wait: bool = False) -> None:
+        """Report ``Finished`` with its image for each request whose image reached the host (``wait``: all of them,
+        waiting for the device; else the others at a later step), unless it ended meanwhile (aborted)."""
         waiting = []
         for decoding, lives in self._decoding:
-            if not decoding.ready():
+            if not wait and not decoding.ready():
                 waiting.append((decoding, lives))
                 continue
             try:

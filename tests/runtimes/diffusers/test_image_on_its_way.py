@@ -1,7 +1,7 @@
-"""A finished sample's image is decoded without waiting for the device: its ``Finished`` comes at the first step
-boundary at which the image reached the host (at once on the CPU; held back here by a ``Decoding`` that is not
-ready), its slot is free meanwhile, an abort in between ends it with no image, and a pause in wait mode waits for
-it."""
+"""A finished sample's image is decoded without waiting for the device while other samples run: its ``Finished``
+comes at the first step boundary at which the image reached the host (at once on the CPU; held back here by a
+``Decoding`` that is not ready), its slot is free meanwhile, an abort in between ends it with no image, a pause in
+wait mode waits for it, and a replica with nothing else to run waits for the images instead of spinning."""
 
 from __future__ import annotations
 
@@ -29,29 +29,40 @@ def test_the_finish_waits_for_the_image_and_the_slot_is_free_meanwhile(monkeypat
     plain.add(1, Ask("red cat", steps=2))
     plain.run()
     _slow_device(monkeypatch, polls=3)
-    driven = Driven(stage(max_running=1))
+    driven = Driven(stage(max_running=2))
     driven.add(1, Ask("red cat", steps=2))
-    driven.add(2, Ask("blue sea", steps=2, seed=2))
-    driven.step(2)  # request 1's two steps: its image on its way
+    driven.add(2, Ask("blue sea", steps=5, seed=2))
+    driven.step(2)  # request 1's two steps: its image on its way, request 2 still running
     assert [type(r) for r in driven.of(1)] == [rp.StatusChanged, rp.Output, rp.Output]
-    driven.step()  # not there yet; request 2 took the free slot
+    driven.add(3, Ask("old house", steps=2, seed=3))
+    driven.step()  # not there yet; request 3 took the free slot
     assert rp.Finished not in [type(r) for r in driven.of(1)]
-    assert [type(r) for r in driven.of(2)] == [rp.StatusChanged, rp.Output]
+    assert [type(r) for r in driven.of(3)] == [rp.StatusChanged, rp.Output]
     driven.run()
     assert np.array_equal(driven.images()[1], plain.images()[1])
-    assert sorted(driven.images()) == [1, 2]
+    assert sorted(driven.images()) == [1, 2, 3]
     assert driven.judged_clean() == []
+
+
+def test_an_idle_replica_waits_for_the_images_instead_of_spinning(monkeypatch):
+    _slow_device(monkeypatch, polls=1000)
+    driven = Driven()
+    driven.add(1, Ask("red cat", steps=2))
+    driven.step(2)  # its last step: nothing else runs, so the image is waited for in that step
+    assert [type(r) for r in driven.of(1)][-1] is rp.Finished
+    assert driven.runtime.busy() is False
 
 
 def test_an_abort_while_the_image_is_on_its_way_ends_the_request_without_it(monkeypatch):
     _slow_device(monkeypatch, polls=3)
     driven = Driven()
     driven.add(1, Ask("red cat", steps=2))
+    driven.add(2, Ask("blue sea", steps=5, seed=2))
     driven.step(2)
     driven.abort(500, 1)
     driven.run()
     assert [type(r) for r in driven.of(1)] == [rp.StatusChanged, rp.Output, rp.Output, rp.AbortResult]
-    assert driven.images() == {}
+    assert sorted(driven.images()) == [2]
     assert driven.judged_clean() == []
 
 
@@ -59,11 +70,12 @@ def test_a_pause_in_wait_mode_is_answered_once_the_image_is_delivered(monkeypatc
     _slow_device(monkeypatch, polls=3)
     driven = Driven()
     driven.add(1, Ask("red cat", steps=2))
+    driven.add(2, Ask("blue sea", steps=5, seed=2))
     driven.step(2)
     driven.control(10, ControlMethod.PAUSE_SCHEDULER, "wait")
     driven.step()
     assert rp.RpcResult(10, True) not in driven.reports
     driven.run()
-    finished = next(i for i, r in enumerate(driven.reports) if isinstance(r, rp.Finished))
-    assert driven.reports.index(rp.RpcResult(10, True)) > finished
+    finished = [i for i, r in enumerate(driven.reports) if isinstance(r, rp.Finished)]
+    assert len(finished) == 2 and driven.reports.index(rp.RpcResult(10, True)) > max(finished)
     assert driven.judged_clean() == []
