@@ -34,7 +34,7 @@ import torch
 
 from omni_fsm import StageKind
 from omni_runtime import Engine, Prompt
-from omni_runtime.pipeline import Pipeline, StageSpec
+from omni_runtime.core.pipeline import Pipeline, StageSpec
 from omni_runtime.runtimes.diffusers import DiffusersOptions, build_pipeline, diffusers_runtimes, shared_denoiser
 from omni_runtime.runtimes.diffusers.tiny import WORDS
 

@@ -5,7 +5,7 @@ runs (``--runtime``, default ``vllm`` where vLLM is installed, else ``sim``, and
 
 - ``vllm``: a real vLLM engine over the tiny local Llama (``omni_runtime.runtimes.vllm:engine_factory``, built once
   into the user's cache), greedy; the thinker's tokens are the talker's prompt.
-- ``sim``: the simulator (``omni_runtime.runtimes.ray._inner:sim``) whose busy steps take ``--step-ms`` more (a
+- ``sim``: the simulator (``omni_runtime.hosting.ray._inner:sim``) whose busy steps take ``--step-ms`` more (a
   forward pass; 0: the simulator's own cost only, which measures the transports alone).
 
 The transports:
@@ -39,13 +39,13 @@ from typing import Any
 
 from omni_fsm import Outcome
 from omni_runtime import AsyncEngine, Prompt, load_pipeline
-from omni_runtime.pipeline import Pipeline
-from omni_runtime.runtimes.process import ProcessRuntime
-from omni_runtime.runtimes.ray import RayRuntime
-from omni_runtime.runtimes.ray.local import nodes_for, start_cluster, stop_cluster
+from omni_runtime.core.pipeline import Pipeline
+from omni_runtime.hosting.process import ProcessRuntime
+from omni_runtime.hosting.ray import RayRuntime
+from omni_runtime.hosting.ray.local import nodes_for, start_cluster, stop_cluster
 
 PIPELINE = Path(__file__).resolve().parents[1] / "examples" / "ray_pipeline.toml"
-SIM = "omni_runtime.runtimes.ray._inner:sim"
+SIM = "omni_runtime.hosting.ray._inner:sim"
 VLLM = "omni_runtime.runtimes.vllm:engine_factory"
 
 

@@ -18,10 +18,10 @@ from helpers import assert_drained, demo_pipeline, monitor_for, monitored_engine
 
 from omni_fsm import ControlMethod, EngineState, Outcome
 from omni_runtime import AsyncEngine, EngineNotRunning, OmniRuntimeError, Orchestrator, Prompt, RpcError
-from omni_runtime import commands as cmd
-from omni_runtime import orchestrator as orchestrator_module
-from omni_runtime import protocol as rp
-from omni_runtime.host import Host
+from omni_runtime.core import commands as cmd
+from omni_runtime.core import orchestrator as orchestrator_module
+from omni_runtime.core import protocol as rp
+from omni_runtime.engines.host import Host
 from omni_runtime.runtimes.sim import SimConfig, sim_runtimes
 from omni_runtime.testing import RawStreamChecker
 

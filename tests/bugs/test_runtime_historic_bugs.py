@@ -21,10 +21,10 @@ from omni_fsm import observations as ob
 from omni_fsm.engine import core
 from omni_fsm.invariants import CHECKS
 from omni_runtime import Engine, OmniRuntimeError, Orchestrator, Prompt, simple_pipeline
-from omni_runtime import orchestrator as orchestrator_module
-from omni_runtime import protocol as rp
-from omni_runtime.adapters import StageInput
-from omni_runtime.pipeline import StageSpec
+from omni_runtime.core import orchestrator as orchestrator_module
+from omni_runtime.core import protocol as rp
+from omni_runtime.core.adapters import StageInput
+from omni_runtime.core.pipeline import StageSpec
 from omni_runtime.runtimes.sim import SimConfig, sim_replica, sim_runtimes
 from omni_runtime.testing import RawStreamChecker
 

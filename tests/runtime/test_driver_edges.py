@@ -12,9 +12,9 @@ from helpers import assert_drained
 
 from omni_fsm import ControlMethod, EngineState, Outcome, StageKind
 from omni_runtime import AsyncEngine, ClientMessage, Engine, EngineNotRunning, OmniRuntimeError, Prompt, simple_pipeline
-from omni_runtime import commands as cmd
-from omni_runtime import protocol as rp
-from omni_runtime.host import Host
+from omni_runtime.core import commands as cmd
+from omni_runtime.core import protocol as rp
+from omni_runtime.engines.host import Host
 from omni_runtime.runtimes.sim import SimConfig, instant_runtimes, sim_runtimes
 
 LOOPS = ["event", "poll"]

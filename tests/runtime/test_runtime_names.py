@@ -8,13 +8,14 @@ from pathlib import Path
 import pytest
 
 from omni_runtime.errors import ConfigError
-from omni_runtime.runtime_names import DEFAULT, RUNTIMES, runtime
+from omni_runtime.registry import DEFAULT, RUNTIMES, runtime
 
 PACKAGE = Path(__file__).resolve().parents[2] / "omni_runtime"
 #: the orchestrator core, its drivers, the demo's workload and command line, and the kit: none of them imports a
 #: runtime package
-CORE = ["orchestrator.py", "host.py", "sync.py", "driver.py", "runtime_names.py", "adapters.py", "protocol.py",
-        "commands.py", "pipeline.py", "text.py", "workload.py", "cli.py", "testing/__init__.py",
+CORE = ["core/orchestrator.py", "engines/host.py", "engines/engine.py", "engines/async_engine.py", "registry.py",
+        "core/adapters.py", "core/protocol.py", "core/commands.py", "core/pipeline.py", "core/text.py",
+        "apps/workload.py", "apps/cli.py", "testing/__init__.py",
         "testing/_machine.py", "testing/_checker.py", "testing/_plugin.py"]  # fmt: skip
 
 

@@ -18,9 +18,9 @@ import torch
 from diffusers import StableDiffusionPipeline
 
 from omni_fsm import StageKind
+from omni_runtime.core.pipeline import Pipeline, StageSpec
+from omni_runtime.core.protocol import RuntimeFactory, StageRuntime
 from omni_runtime.errors import ConfigError
-from omni_runtime.pipeline import Pipeline, StageSpec
-from omni_runtime.protocol import RuntimeFactory, StageRuntime
 from omni_runtime.runtimes.diffusers._denoise import Denoiser, Sample
 from omni_runtime.runtimes.diffusers._request import ImageRequest, RequestDefaults, image_request, words_of
 from omni_runtime.runtimes.diffusers.runtime import DiffusersRuntime
@@ -52,8 +52,8 @@ def torch_threads(threads: int | None = None) -> int:
 
 @attrs.frozen
 class DemoKit:
-    """What a text-to-image program takes from this package besides its runtimes (``omni_runtime.text2image`` reaches
-    it by name, ``runtime("diffusers-demo")()``, and imports no runtime itself)."""
+    """What a text-to-image program takes from this package besides its runtimes (``omni_runtime.apps.text2image``
+    reaches it by name, ``runtime("diffusers-demo")()``, and imports no runtime itself)."""
 
     words: tuple[str, ...]  #: the tiny tokenizer's vocabulary: prompts made of them are read word for word
     torch_threads: Any  #: ``torch_threads(n)``
@@ -127,9 +127,9 @@ def kit_factory(spec: StageSpec, stage: int, replica: int, rpc_fails: bool = Fal
 def diffusers_runtimes(pipeline: Pipeline, options: DiffusersOptions | None = None,
                        ar_runtime: str = "sim") -> list[list[StageRuntime]]:  # fmt: skip
     """Return every stage's replicas, ``result[stage][replica]``: diffusion stages on diffusers (``options``), AR
-    stages on the runtime named ``ar_runtime`` in ``omni_runtime.runtime_names`` (default: the simulator; ``vllm``:
+    stages on the runtime named ``ar_runtime`` in ``omni_runtime.registry`` (default: the simulator; ``vllm``:
     a real vLLM engine per AR replica, each in a process of its own, on the tiny Llama)."""
-    from omni_runtime.runtime_names import runtime
+    from omni_runtime.registry import runtime
 
     factory = diffusers_factory(options)
     kinds = {spec.kind for spec in pipeline.stages}

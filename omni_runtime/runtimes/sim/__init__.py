@@ -5,8 +5,8 @@ from __future__ import annotations
 import attrs
 
 from omni_fsm import StageKind
-from omni_runtime.pipeline import Pipeline, StageSpec
-from omni_runtime.protocol import RuntimeFactory, build_runtimes
+from omni_runtime.core.pipeline import Pipeline, StageSpec
+from omni_runtime.core.protocol import RuntimeFactory, build_runtimes
 from omni_runtime.runtimes.sim._base import SimReplica
 from omni_runtime.runtimes.sim.ar import SimAR
 from omni_runtime.runtimes.sim.config import SimConfig

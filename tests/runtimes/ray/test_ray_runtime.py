@@ -22,7 +22,7 @@ from omni_fsm.trace.jsonl import TraceWriter  # noqa: E402
 from omni_runtime import Engine, Pipeline, Prompt, StageInput, StageSpec  # noqa: E402
 from omni_runtime import protocol as rp  # noqa: E402
 from omni_runtime.errors import ConfigError  # noqa: E402
-from omni_runtime.runtimes.ray import RayRuntime, ray_kit_factory  # noqa: E402
+from omni_runtime.hosting.ray import RayRuntime, ray_kit_factory  # noqa: E402
 from omni_runtime.testing import check_runtime  # noqa: E402
 
 pytestmark = pytest.mark.covers("ORCH-INV-206", "ORCH-INV-300")

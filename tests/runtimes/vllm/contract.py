@@ -25,10 +25,10 @@ from omni_fsm import observations as ob
 from omni_fsm.invariants import Monitor
 from omni_fsm.invariants import upstream as up
 from omni_runtime import Prompt, simple_pipeline
-from omni_runtime.commands import ClientMessage
-from omni_runtime.protocol import AbortResult
+from omni_runtime.core.commands import ClientMessage
+from omni_runtime.core.protocol import AbortResult
+from omni_runtime.engines.engine import Engine
 from omni_runtime.runtimes.vllm import RequestPlan, SchedulerOptions, VllmSchedulerRuntime
-from omni_runtime.sync import Engine
 
 RS = RequestStatus
 

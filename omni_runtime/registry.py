@@ -16,8 +16,8 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from omni_runtime.core.protocol import RuntimeFactory, StageRuntime
 from omni_runtime.errors import ConfigError
-from omni_runtime.protocol import RuntimeFactory, StageRuntime
 
 #: runtime name -> ``package.module:callable`` making every stage's replicas (``callable(pipeline, **options)``)
 RUNTIMES: dict[str, str] = {
@@ -28,7 +28,7 @@ RUNTIMES: dict[str, str] = {
     "vllm-factory": "omni_runtime.runtimes.vllm:vllm_factory",  # the same, as a factory of AR replicas
     "diffusers": "omni_runtime.runtimes.diffusers:diffusers_runtimes",  # diffusion stages on diffusers, AR on sim
     "diffusers-demo": "omni_runtime.runtimes.diffusers:demo_kit",  # what the text-to-image demo uses besides
-    "ray": "omni_runtime.runtimes.ray:ray_runtimes",  # each replica in a Ray actor, placed by [stages.placement]
+    "ray": "omni_runtime.hosting.ray:ray_runtimes",  # each replica in a Ray actor, placed by [stages.placement]
 }
 #: the runtime a pipeline runs on when none is given
 DEFAULT = "sim"

@@ -17,12 +17,12 @@ from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, NoReturn
 
 from omni_fsm.cli.interrupt import interruptible
-from omni_runtime.driver import EVENT, POLL
+from omni_runtime.apps.workload import DemoReport, WorkloadOptions, replica_deaths, run_demo
+from omni_runtime.core.pipeline import Pipeline, example_pipeline, load_pipeline
+from omni_runtime.core.protocol import RuntimeFactory, StageRuntime, build_runtimes
+from omni_runtime.engines.async_engine import EVENT, POLL
 from omni_runtime.errors import ConfigError, OmniRuntimeError, OptionError, PipelineError
-from omni_runtime.pipeline import Pipeline, example_pipeline, load_pipeline
-from omni_runtime.protocol import RuntimeFactory, StageRuntime, build_runtimes
-from omni_runtime.runtime_names import load_factory, runtime
-from omni_runtime.workload import DemoReport, WorkloadOptions, replica_deaths, run_demo
+from omni_runtime.registry import load_factory, runtime
 
 RUNTIMES = ("sim", "vllm", "diffusers", "ray")
 #: runtime -> the packaged example pipeline ``omni-run`` runs when given none (a factory's: the simulator's)

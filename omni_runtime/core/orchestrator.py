@@ -31,11 +31,11 @@ from omni_fsm import (
 from omni_fsm import events as ev
 from omni_fsm import observations as ob
 from omni_fsm.engine.core import Lifecycle, dependent_id, fanout
-from omni_runtime import commands as cmd
-from omni_runtime import protocol as rp
-from omni_runtime.adapters import INPUT_ADAPTERS, OUTPUT_ADAPTERS, Prompt, StageInput, companion_input
+from omni_runtime.core import commands as cmd
+from omni_runtime.core import protocol as rp
+from omni_runtime.core.adapters import INPUT_ADAPTERS, OUTPUT_ADAPTERS, Prompt, StageInput, companion_input
+from omni_runtime.core.pipeline import Pipeline, require_pipeline
 from omni_runtime.errors import EngineNotRunning, OmniRuntimeError, RequestRefused
-from omni_runtime.pipeline import Pipeline, require_pipeline
 
 StepHook = Callable[[ev.Event | None, list[ob.Observation]], None]
 Commands = list[cmd.Command]

@@ -20,7 +20,7 @@ import attrs
 from omni_fsm import StageKind
 from omni_fsm.errors import MalformedInput
 from omni_fsm.registry import toml_lines  # public: both packages find TOML lines one way
-from omni_runtime.adapters import ADAPTER_KINDS, INPUT_ADAPTERS, SAMPLING_FIELDS, Sampling
+from omni_runtime.core.adapters import ADAPTER_KINDS, INPUT_ADAPTERS, SAMPLING_FIELDS, Sampling
 from omni_runtime.errors import ConfigError, PipelineError
 
 _STAGE_FIELDS: dict[str, type] = {"name": str, "kind": StageKind, "final": bool, "replicas": int, "max_running": int,
@@ -31,7 +31,7 @@ _MINIMUM = {"replicas": 1, "max_running": 1, "max_tokens": 1, "steps": 1, "capac
 _MAXIMUM = {"replicas": 1024}  #: a replica is a runtime made at start: more would only exhaust memory
 _TYPE_WORDS = {str: "a string", bool: "true or false", int: "an integer", StageKind: "a StageKind",
                dict: "a table of sampling parameters ([stages.sampling])"}  # fmt: skip
-#: ``[stages.placement]``: where a stage's replicas run, for a runtime that places them (``omni_runtime.runtimes.ray``):
+#: ``[stages.placement]``: where a stage's replicas run, for a runtime that places them (``omni_runtime.hosting.ray``):
 #: the runtime each replica runs, CPUs and GPUs, custom resources (``{name = amount}``), a node (IP or node id)
 PLACEMENT_FIELDS: dict[str, type | tuple[type, ...]] = {"runtime": str, "num_cpus": (int, float),
                                                         "num_gpus": (int, float), "resources": dict, "node": str}

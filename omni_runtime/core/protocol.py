@@ -25,9 +25,9 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 import attrs
 
 from omni_fsm import ControlMethod, IdentityHashedEnum, StopKind
-from omni_runtime.adapters import StageInput
+from omni_runtime.core.adapters import StageInput
+from omni_runtime.core.pipeline import Pipeline, StageSpec
 from omni_runtime.errors import ConfigError
-from omni_runtime.pipeline import Pipeline, StageSpec
 
 
 @attrs.frozen(slots=True)

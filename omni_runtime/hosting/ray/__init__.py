@@ -42,12 +42,12 @@ from ray.exceptions import GetTimeoutError, RayActorError, RayError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from omni_fsm import ControlMethod
-from omni_runtime import protocol as rp
-from omni_runtime.adapters import StageInput
+from omni_runtime.core import protocol as rp
+from omni_runtime.core.adapters import StageInput
+from omni_runtime.core.pipeline import Pipeline, StageSpec
 from omni_runtime.errors import ConfigError, OmniRuntimeError
-from omni_runtime.pipeline import Pipeline, StageSpec
-from omni_runtime.runtimes.ray._actor import Batch, ReplicaServer
-from omni_runtime.runtimes.ray._inner import DEFAULT, INNER, target
+from omni_runtime.hosting.ray._actor import Batch, ReplicaServer
+from omni_runtime.hosting.ray._inner import DEFAULT, INNER, target
 
 #: calls one actor runs at once: the commands and the poll (its runtime is stepped by its own thread)
 MAX_CONCURRENCY = 4

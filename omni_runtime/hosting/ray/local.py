@@ -1,7 +1,7 @@
 """A Ray cluster of several nodes on this one machine (``ray.cluster_utils.Cluster``): for the tests, the benchmark
 and ``make demo RUNTIME=ray``. Real hosts join a cluster with ``ray start`` instead (``docs/scale-out.md``).
 
-``python -m omni_runtime.runtimes.ray.local [--nodes N] PIPELINE.toml [omni-run options]`` starts ``N`` nodes
+``python -m omni_runtime.hosting.ray.local [--nodes N] PIPELINE.toml [omni-run options]`` starts ``N`` nodes
 (default 2), each with the custom resources the pipeline's placements ask for (enough for its share of every
 stage's replicas), and runs ``omni-run`` on it with every replica in an actor (``ray_factory``).
 """
@@ -17,7 +17,7 @@ from typing import Any
 import ray
 from ray.cluster_utils import Cluster
 
-from omni_runtime.pipeline import Pipeline, load_pipeline
+from omni_runtime.core.pipeline import Pipeline, load_pipeline
 
 
 def start_cluster(nodes: Sequence[dict[str, float]], num_cpus: int = 1) -> Cluster:
@@ -49,7 +49,7 @@ def nodes_for(pipeline: Pipeline, nodes: int = 2) -> list[dict[str, float]]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``omni-run`` on a local cluster of ``--nodes`` nodes; return its exit code."""
-    from omni_runtime.cli import main as omni_run
+    from omni_runtime.apps.cli import main as omni_run
 
     args = list(sys.argv[1:] if argv is None else argv)
     count = 2
@@ -57,12 +57,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         count, args = int(args[1]), args[2:]
     pipeline = next((a for a in args if a.endswith(".toml")), None)
     if pipeline is None:
-        print("usage: python -m omni_runtime.runtimes.ray.local [--nodes N] PIPELINE.toml [omni-run options]",
+        print("usage: python -m omni_runtime.hosting.ray.local [--nodes N] PIPELINE.toml [omni-run options]",
               file=sys.stderr)  # fmt: skip
         return 2
     cluster: Any = start_cluster(nodes_for(load_pipeline(pipeline), count))
     try:
-        return omni_run([*args, "--runtime", "omni_runtime.runtimes.ray:ray_factory"])
+        return omni_run([*args, "--runtime", "omni_runtime.hosting.ray:ray_factory"])
     finally:
         stop_cluster(cluster)
 

@@ -22,12 +22,12 @@ from collections.abc import Callable, Sequence
 import attrs
 
 from omni_fsm import SPEC, ControlMethod, EngineState, Outcome, Spec
-from omni_runtime import commands as cmd
-from omni_runtime import protocol as rp
-from omni_runtime.adapters import Prompt
+from omni_runtime.core import commands as cmd
+from omni_runtime.core import protocol as rp
+from omni_runtime.core.adapters import Prompt
+from omni_runtime.core.orchestrator import Orchestrator, StepHook
+from omni_runtime.core.pipeline import Pipeline, require_pipeline
 from omni_runtime.errors import ConfigError, EngineNotRunning, OmniRuntimeError, RequestRefused
-from omni_runtime.orchestrator import Orchestrator, StepHook
-from omni_runtime.pipeline import Pipeline, require_pipeline
 
 Listener = Callable[[cmd.ClientMessage], None]
 

@@ -12,11 +12,11 @@ from typing import Any
 
 #: runtime name -> ``package.module:factory`` run in the actor
 INNER: dict[str, str] = {
-    "sim": "omni_runtime.runtimes.ray._inner:sim",  # the simulator, no injected faults
+    "sim": "omni_runtime.hosting.ray._inner:sim",  # the simulator, no injected faults
     "sim-kit": "omni_runtime.runtimes.sim:kit_replica",  # the conformance kit's reference runtime
-    "vllm": "omni_runtime.runtimes.ray._inner:vllm",  # a real vLLM engine (AR stages), in the actor's process
-    "vllm-scheduler": "omni_runtime.runtimes.ray._inner:vllm_scheduler",  # vLLM's scheduler, the kit's vLLM runtime
-    "diffusers": "omni_runtime.runtimes.ray._inner:diffusers",  # a diffusers pipeline (diffusion stages)
+    "vllm": "omni_runtime.hosting.ray._inner:vllm",  # a real vLLM engine (AR stages), in the actor's process
+    "vllm-scheduler": "omni_runtime.hosting.ray._inner:vllm_scheduler",  # vLLM's scheduler, the kit's vLLM runtime
+    "diffusers": "omni_runtime.hosting.ray._inner:diffusers",  # a diffusers pipeline (diffusion stages)
 }
 #: the runtime a stage whose placement names none runs
 DEFAULT = "sim"

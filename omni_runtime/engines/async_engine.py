@@ -9,7 +9,7 @@ tasks and shuts the runtimes down without waiting for ``shutdown()``, which stay
 raises what went wrong (the loop's failure, a failed shutdown, an ``on_step`` hook or listeners that
 raised).
 
-No wait goes on without end: both loops count the synchronous engine's rounds (``omni_runtime.watchdog``)
+No wait goes on without end: both loops count the synchronous engine's rounds (``omni_runtime.engines.watchdog``)
 while a reader or an abort or control call waits, and fail those waits with ``NoProgress`` past
 ``max_idle_rounds`` idle rounds (or ``max_silent_rounds`` busy, silent ones, when set). The polling loop's
 rounds are its pumps; the event-driven loop, once every runtime is idle and every report taken, runs such
@@ -27,17 +27,17 @@ from collections.abc import AsyncGenerator, Coroutine, Sequence
 from typing import Any, cast, overload
 
 from omni_fsm import SPEC, ControlMethod, Spec
-from omni_runtime import commands as cmd
-from omni_runtime import protocol as rp
-from omni_runtime.adapters import Prompt
-from omni_runtime.commands import ClientMessage
+from omni_runtime.core import commands as cmd
+from omni_runtime.core import protocol as rp
+from omni_runtime.core.adapters import Prompt
+from omni_runtime.core.commands import ClientMessage
+from omni_runtime.core.orchestrator import StepHook
+from omni_runtime.core.pipeline import Pipeline, require_pipeline
+from omni_runtime.core.results import RequestResult, as_batch, request_result
+from omni_runtime.engines.host import Host, Listener
+from omni_runtime.engines.watchdog import Watchdog, no_progress
 from omni_runtime.errors import ConfigError, EngineNotRunning, NoProgress, OmniRuntimeError, RpcError
-from omni_runtime.host import Host, Listener
-from omni_runtime.orchestrator import StepHook
-from omni_runtime.pipeline import Pipeline, require_pipeline
-from omni_runtime.results import RequestResult, as_batch, request_result
-from omni_runtime.runtime_names import runtime
-from omni_runtime.watchdog import Watchdog, no_progress
+from omni_runtime.registry import runtime
 
 EVENT, POLL = "event", "poll"
 _log = logging.getLogger("omni_runtime")

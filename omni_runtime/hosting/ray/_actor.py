@@ -25,7 +25,7 @@ from typing import Any
 
 import attrs
 
-from omni_runtime import protocol as rp
+from omni_runtime.core import protocol as rp
 
 #: how long one ``poll`` waits for news before it answers with an empty batch (seconds)
 POLL_S = 1.0

@@ -43,12 +43,12 @@ from multiprocessing.process import BaseProcess
 from typing import Any
 
 from omni_fsm import ControlMethod
-from omni_runtime import protocol as rp
-from omni_runtime.adapters import StageInput
+from omni_runtime.core import protocol as rp
+from omni_runtime.core.adapters import StageInput
+from omni_runtime.core.pipeline import Pipeline, StageSpec
 from omni_runtime.errors import ConfigError, OmniRuntimeError
-from omni_runtime.pipeline import Pipeline, StageSpec
-from omni_runtime.runtimes.process import _wire as w
-from omni_runtime.runtimes.process._child import serve
+from omni_runtime.hosting.process import _wire as w
+from omni_runtime.hosting.process._child import serve
 
 #: how often a wait for a reply checks that the child still runs (seconds)
 _POLL_S = 0.5

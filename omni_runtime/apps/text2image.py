@@ -1,4 +1,4 @@
-"""``python -m omni_runtime.text2image --out DIR --requests N``: the text-to-image pipeline
+"""``python -m omni_runtime.apps.text2image --out DIR --requests N``: the text-to-image pipeline
 (``examples/diffusion_pipeline.toml``: an AR stage on the simulator, each request with a CFG companion, a diffusion
 stage on diffusers' tiny pipeline) through the Engine, a few requests aborted at random moments and one asking for
 a size the pipeline refuses (it fails alone). Writes ``DIR/trace.jsonl`` (check it with ``omni-fsm check``), each
@@ -21,11 +21,11 @@ from omni_fsm import events as ev
 from omni_fsm import observations as ob
 from omni_fsm.invariants import Monitor
 from omni_fsm.trace import TraceWriter
-from omni_runtime.adapters import Prompt, Sampling
-from omni_runtime.commands import ClientMessage
-from omni_runtime.pipeline import example_pipeline, load_pipeline
-from omni_runtime.runtime_names import runtime
-from omni_runtime.sync import Engine
+from omni_runtime.core.adapters import Prompt, Sampling
+from omni_runtime.core.commands import ClientMessage
+from omni_runtime.core.pipeline import example_pipeline, load_pipeline
+from omni_runtime.engines.engine import Engine
+from omni_runtime.registry import runtime
 
 
 @attrs.frozen
@@ -127,7 +127,7 @@ def run_demo(out: Path, requests: int = 12, seed: int = 0, abort_every: int = 3)
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the demo from the command line; return 0, or 1 when the monitor found a violation."""
-    parser = argparse.ArgumentParser(prog="python -m omni_runtime.text2image", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m omni_runtime.apps.text2image", description=__doc__)
     parser.add_argument("--out", type=Path, default=Path("out/text2image"), help="directory for the outputs")
     parser.add_argument("--requests", type=int, default=12, help="requests to submit (default 12)")
     parser.add_argument("--seed", type=int, default=0, help="the workload's seed (prompts, seeds, aborts)")

@@ -19,8 +19,8 @@ from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any
 
-from omni_runtime import protocol as rp
-from omni_runtime.runtimes.process import _wire as w
+from omni_runtime.core import protocol as rp
+from omni_runtime.hosting.process import _wire as w
 
 _log = logging.getLogger("omni_runtime")
 _PR_SET_PDEATHSIG = 1  #: from <linux/prctl.h>
