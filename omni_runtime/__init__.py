@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from omni_fsm import Outcome  # a ClientMessage's outcome: re-exported so that a client needs one import
-from omni_runtime.core.adapters import INPUT_ADAPTERS, OUTPUT_ADAPTERS, Prompt, Sampling, StageInput
+from omni_runtime.core.adapters import INPUT_ADAPTERS, OUTPUT_ADAPTERS
 from omni_runtime.core.commands import (
     AbortAnswer,
     AbortAt,
@@ -36,6 +36,7 @@ from omni_runtime.core.pipeline import (
     require_pipeline,
     simple_pipeline,
 )
+from omni_runtime.core.prompts import Prompt, Sampling, StageInput
 from omni_runtime.core.protocol import PAUSE_MODES, RuntimeFactory, StageRuntime, StreamingInput, build_runtimes
 from omni_runtime.core.results import RequestResult
 from omni_runtime.core.text import IncrementalText, Tokenizer

@@ -21,9 +21,9 @@ from omni_fsm import events as ev
 from omni_fsm import observations as ob
 from omni_fsm.invariants import Monitor
 from omni_fsm.trace import TraceWriter
-from omni_runtime.core.adapters import Prompt, Sampling
 from omni_runtime.core.commands import ClientMessage
 from omni_runtime.core.pipeline import example_pipeline, load_pipeline
+from omni_runtime.core.prompts import Prompt, Sampling
 from omni_runtime.engines.engine import Engine
 from omni_runtime.registry import runtime
 

@@ -22,8 +22,8 @@ from omni_fsm import events as ev
 from omni_fsm import observations as ob
 from omni_fsm.invariants import CHECKS, Monitor
 from omni_fsm.trace import TraceWriter
-from omni_runtime.core.adapters import Prompt, Sampling
 from omni_runtime.core.pipeline import Pipeline, require_pipeline
+from omni_runtime.core.prompts import Prompt, Sampling
 from omni_runtime.core.protocol import StageRuntime
 from omni_runtime.engines.async_engine import EVENT, POLL, AsyncEngine
 from omni_runtime.errors import ConfigError, OptionError, RpcError

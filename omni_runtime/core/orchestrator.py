@@ -33,8 +33,9 @@ from omni_fsm import observations as ob
 from omni_fsm.engine.core import Lifecycle, dependent_id, fanout
 from omni_runtime.core import commands as cmd
 from omni_runtime.core import protocol as rp
-from omni_runtime.core.adapters import INPUT_ADAPTERS, OUTPUT_ADAPTERS, Prompt, StageInput, companion_input
+from omni_runtime.core.adapters import INPUT_ADAPTERS, OUTPUT_ADAPTERS, companion_input
 from omni_runtime.core.pipeline import Pipeline, require_pipeline
+from omni_runtime.core.prompts import Prompt, StageInput
 from omni_runtime.errors import EngineNotRunning, OmniRuntimeError, RequestRefused
 
 StepHook = Callable[[ev.Event | None, list[ob.Observation]], None]

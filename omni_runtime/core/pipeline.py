@@ -20,7 +20,8 @@ import attrs
 from omni_fsm import StageKind
 from omni_fsm.errors import MalformedInput
 from omni_fsm.registry import toml_lines  # public: both packages find TOML lines one way
-from omni_runtime.core.adapters import ADAPTER_KINDS, INPUT_ADAPTERS, SAMPLING_FIELDS, Sampling
+from omni_runtime.core.adapters import ADAPTER_KINDS, INPUT_ADAPTERS
+from omni_runtime.core.prompts import SAMPLING_FIELDS, Sampling
 from omni_runtime.errors import ConfigError, PipelineError
 
 _STAGE_FIELDS: dict[str, type] = {"name": str, "kind": StageKind, "final": bool, "replicas": int, "max_running": int,

@@ -25,8 +25,8 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 import attrs
 
 from omni_fsm import ControlMethod, IdentityHashedEnum, StopKind
-from omni_runtime.core.adapters import StageInput
 from omni_runtime.core.pipeline import Pipeline, StageSpec
+from omni_runtime.core.prompts import StageInput
 from omni_runtime.errors import ConfigError
 
 

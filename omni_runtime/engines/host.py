@@ -24,9 +24,9 @@ import attrs
 from omni_fsm import SPEC, ControlMethod, EngineState, Outcome, Spec
 from omni_runtime.core import commands as cmd
 from omni_runtime.core import protocol as rp
-from omni_runtime.core.adapters import Prompt
 from omni_runtime.core.orchestrator import Orchestrator, StepHook
 from omni_runtime.core.pipeline import Pipeline, require_pipeline
+from omni_runtime.core.prompts import Prompt
 from omni_runtime.errors import ConfigError, EngineNotRunning, OmniRuntimeError, RequestRefused
 
 Listener = Callable[[cmd.ClientMessage], None]

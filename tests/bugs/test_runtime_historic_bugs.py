@@ -23,8 +23,8 @@ from omni_fsm.invariants import CHECKS
 from omni_runtime import Engine, OmniRuntimeError, Orchestrator, Prompt, simple_pipeline
 from omni_runtime.core import orchestrator as orchestrator_module
 from omni_runtime.core import protocol as rp
-from omni_runtime.core.adapters import StageInput
 from omni_runtime.core.pipeline import StageSpec
+from omni_runtime.core.prompts import StageInput
 from omni_runtime.runtimes.sim import SimConfig, sim_replica, sim_runtimes
 from omni_runtime.testing import RawStreamChecker
 

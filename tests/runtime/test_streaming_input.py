@@ -24,8 +24,8 @@ from omni_fsm.invariants import Monitor
 from omni_fsm.trace import TraceWriter
 from omni_runtime import Engine, OmniRuntimeError, Prompt, RequestRefused, simple_pipeline
 from omni_runtime.core import protocol as rp
-from omni_runtime.core.adapters import StageInput
 from omni_runtime.core.pipeline import Pipeline
+from omni_runtime.core.prompts import StageInput
 from omni_runtime.runtimes.sim import sim_runtimes
 
 ONE = simple_pipeline([StageKind.AR], [True], max_running=4, max_tokens=4)

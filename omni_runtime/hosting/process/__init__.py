@@ -44,8 +44,8 @@ from typing import Any
 
 from omni_fsm import ControlMethod
 from omni_runtime.core import protocol as rp
-from omni_runtime.core.adapters import StageInput
 from omni_runtime.core.pipeline import Pipeline, StageSpec
+from omni_runtime.core.prompts import StageInput
 from omni_runtime.errors import ConfigError, OmniRuntimeError
 from omni_runtime.hosting.process import _wire as w
 from omni_runtime.hosting.process._child import serve

@@ -14,7 +14,7 @@ import attrs
 
 from omni_fsm import ControlMethod
 from omni_runtime.core import protocol as rp
-from omni_runtime.core.adapters import StageInput
+from omni_runtime.core.prompts import StageInput
 
 
 @attrs.frozen(slots=True)

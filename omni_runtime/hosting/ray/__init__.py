@@ -43,8 +43,8 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from omni_fsm import ControlMethod
 from omni_runtime.core import protocol as rp
-from omni_runtime.core.adapters import StageInput
 from omni_runtime.core.pipeline import Pipeline, StageSpec
+from omni_runtime.core.prompts import StageInput
 from omni_runtime.errors import ConfigError, OmniRuntimeError
 from omni_runtime.hosting.ray._actor import Batch, ReplicaServer
 from omni_runtime.hosting.ray._inner import DEFAULT, INNER, target

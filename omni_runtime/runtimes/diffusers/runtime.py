@@ -24,8 +24,8 @@ from typing import Any
 
 from omni_fsm import ControlMethod, StopKind
 from omni_runtime.core import protocol as rp
-from omni_runtime.core.adapters import StageInput
 from omni_runtime.core.pipeline import StageSpec
+from omni_runtime.core.prompts import StageInput
 from omni_runtime.runtimes.diffusers._denoise import Denoiser, Sample
 from omni_runtime.runtimes.diffusers._request import ImageRequest, RequestDefaults, image_request
 

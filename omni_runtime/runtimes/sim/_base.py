@@ -8,8 +8,8 @@ from typing import Any
 
 from omni_fsm import ControlMethod
 from omni_runtime.core import protocol as rp
-from omni_runtime.core.adapters import StageInput
 from omni_runtime.core.pipeline import StageSpec
+from omni_runtime.core.prompts import StageInput
 from omni_runtime.core.text import IncrementalText, Tokenizer, stage_tokens
 from omni_runtime.runtimes.sim.config import SimConfig
 

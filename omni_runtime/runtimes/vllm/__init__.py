@@ -12,8 +12,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from omni_fsm import StageKind
-from omni_runtime.core.adapters import StageInput
 from omni_runtime.core.pipeline import Pipeline, StageSpec
+from omni_runtime.core.prompts import StageInput
 from omni_runtime.core.protocol import RuntimeFactory
 from omni_runtime.errors import ConfigError
 from omni_runtime.hosting.process import ProcessRuntime, process_factory, process_runtimes

@@ -24,8 +24,8 @@ from vllm.v1.request import Request, RequestStatus
 
 from omni_fsm import ControlMethod, StopKind
 from omni_runtime.core import protocol as rp
-from omni_runtime.core.adapters import Sampling, StageInput
 from omni_runtime.core.pipeline import StageSpec
+from omni_runtime.core.prompts import Sampling, StageInput
 from omni_runtime.core.text import IncrementalText, stage_tokens
 from omni_runtime.runtimes.vllm._config import SchedulerOptions, free_blocks
 from omni_runtime.runtimes.vllm._engine import CoreEngine, StandInEngine

@@ -35,8 +35,8 @@ from vllm.v1.core.sched.output import SchedulerOutput
 from vllm.v1.outputs import ModelRunnerOutput
 
 from omni_runtime.core import protocol as rp
-from omni_runtime.core.adapters import StageInput
 from omni_runtime.core.pipeline import Pipeline, StageSpec
+from omni_runtime.core.prompts import StageInput
 from omni_runtime.errors import ConfigError
 from omni_runtime.hosting.process import ProcessRuntime, process_runtimes
 from omni_runtime.runtimes.vllm._config import SchedulerOptions
