@@ -30,10 +30,10 @@ from omni_fsm import SPEC, ControlMethod, Spec
 from omni_runtime.core import commands as cmd
 from omni_runtime.core import protocol as rp
 from omni_runtime.core.commands import ClientMessage
-from omni_runtime.core.orchestrator import StepHook
 from omni_runtime.core.pipeline import Pipeline, require_pipeline
 from omni_runtime.core.prompts import Prompt
 from omni_runtime.core.results import RequestResult, as_batch, request_result
+from omni_runtime.core.translation import StepHook
 from omni_runtime.engines.host import Host, Listener
 from omni_runtime.engines.watchdog import Watchdog, no_progress
 from omni_runtime.errors import ConfigError, EngineNotRunning, NoProgress, OmniRuntimeError, RpcError

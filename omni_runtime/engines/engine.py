@@ -23,10 +23,10 @@ from typing import Any, cast, overload
 from omni_fsm import SPEC, ControlMethod, Spec
 from omni_runtime.core import protocol as rp
 from omni_runtime.core.commands import ClientMessage
-from omni_runtime.core.orchestrator import StepHook
 from omni_runtime.core.pipeline import Pipeline, require_pipeline
 from omni_runtime.core.prompts import Prompt
 from omni_runtime.core.results import RequestResult, as_batch, request_result
+from omni_runtime.core.translation import StepHook
 from omni_runtime.engines.host import Host, Listener
 from omni_runtime.engines.watchdog import Watchdog, no_progress
 from omni_runtime.errors import OmniRuntimeError, RpcError

@@ -24,9 +24,10 @@ import attrs
 from omni_fsm import SPEC, ControlMethod, EngineState, Outcome, Spec
 from omni_runtime.core import commands as cmd
 from omni_runtime.core import protocol as rp
-from omni_runtime.core.orchestrator import Orchestrator, StepHook
+from omni_runtime.core.orchestrator import Orchestrator
 from omni_runtime.core.pipeline import Pipeline, require_pipeline
 from omni_runtime.core.prompts import Prompt
+from omni_runtime.core.translation import StepHook
 from omni_runtime.errors import ConfigError, EngineNotRunning, OmniRuntimeError, RequestRefused
 
 Listener = Callable[[cmd.ClientMessage], None]
@@ -240,10 +241,9 @@ class Host:
 
     def take_hook_error(self) -> OmniRuntimeError | None:
         """Return an error naming what the ``on_step`` hook raised (the engine died of it), once; else ``None``."""
-        exc = self.orchestrator.hook_error
+        exc = self.orchestrator.take_hook_error()
         if exc is None:
             return None
-        self.orchestrator.hook_error = None
         error = OmniRuntimeError(f"the on_step hook raised {type(exc).__name__}: {exc}; every open request ended "
                                  f"as fatal")  # fmt: skip
         error.__cause__ = exc

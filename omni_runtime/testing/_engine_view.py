@@ -17,7 +17,7 @@ from omni_fsm import events as ev
 from omni_fsm import observations as ob
 from omni_fsm.engine.core import Lifecycle
 from omni_runtime.core import protocol as rp
-from omni_runtime.core.orchestrator import report_event
+from omni_runtime.core.intake import report_event
 from omni_runtime.core.pipeline import Pipeline, StageSpec
 from omni_runtime.errors import OmniRuntimeError
 

@@ -17,10 +17,11 @@ from faulty_runtimes import Raising
 from helpers import assert_drained, demo_pipeline, monitor_for, monitored_engine, verdict
 
 from omni_fsm import ControlMethod, EngineState, Outcome
-from omni_runtime import AsyncEngine, EngineNotRunning, OmniRuntimeError, Orchestrator, Prompt, RpcError
+from omni_runtime import AsyncEngine, EngineNotRunning, OmniRuntimeError, Prompt, RpcError
 from omni_runtime.core import commands as cmd
-from omni_runtime.core import orchestrator as orchestrator_module
+from omni_runtime.core import intake as intake_module
 from omni_runtime.core import protocol as rp
+from omni_runtime.core.intake import Intake
 from omni_runtime.engines.host import Host
 from omni_runtime.runtimes.sim import SimConfig, sim_runtimes
 from omni_runtime.testing import RawStreamChecker
@@ -170,8 +171,8 @@ def _rpc_answers_judged(calls: list[tuple[bool, Any]]) -> list[tuple[str, str, i
 
 def _b11_orchestrator_swallows_the_error(monkeypatch: pytest.MonkeyPatch) -> None:
     """B11 switched into the orchestrator: a worker's error is never recorded; the RPC answers success."""
-    record = Orchestrator._rpc_result
-    monkeypatch.setattr(Orchestrator, "_rpc_result", lambda self, call, where, error: record(self, call, where, None))
+    record = Intake.rpc_result
+    monkeypatch.setattr(Intake, "rpc_result", lambda self, call, where, error: record(self, call, where, None))
 
 
 def _b11_host_lets_it_escape(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -292,7 +293,7 @@ STOPPED_IN_ORDER = ["orchestrator stopped", *(f"runtime {s}/{r} shut down" for s
 
 def _b9_orchestrator_ignores_engine_death(monkeypatch: pytest.MonkeyPatch) -> None:
     """B9 switched into the orchestrator: a runtime's ``EngineDead`` is not acted on."""
-    monkeypatch.setitem(orchestrator_module._REPORTS, rp.EngineDead, lambda self, stage, replica, report: [])
+    monkeypatch.setitem(intake_module._REPORTS, rp.EngineDead, lambda self, stage, replica, report: [])
 
 
 def _engine_dies_under_four_requests() -> dict[str, Any]:

@@ -86,7 +86,7 @@ def run_loop(loop: str, specs, seed: int, engine_class=AsyncEngine):
             return listener
 
         for i, (n, companions, abort_at) in enumerate(specs):
-            rid = engine.host.orchestrator._next_rid
+            rid = engine.host.orchestrator.next_rid
             seen[rid] = []
             engine.submit(Prompt((i, 1, 2)), n, companions, listener_for(abort_at))
         await asyncio.wait_for(done.wait(), 10)

@@ -230,7 +230,7 @@ class _Run:
     def add(self, op: Add) -> None:
         self.queue.append(op.plan)
         prompt = Prompt(_prompt_tokens(len(self.messages), op), max_tokens=op.plan.max_tokens)
-        rid = self.engine.host.orchestrator._next_rid
+        rid = self.engine.host.orchestrator.next_rid
         self.messages[rid] = []
         assert self.engine.host.submit(prompt, listener=self._listener) == rid
 
