@@ -63,7 +63,7 @@ demo: $(STAMP) $(VLLM_STAMP)
 else ifeq ($(RUNTIME),ray)
 # `make demo RUNTIME=ray`: the two-stage pipeline with each replica in a Ray actor, on a local cluster of two nodes.
 demo: $(STAMP) $(RAY_STAMP)
-	$(BIN)/python -m omni_runtime.hosting.ray.local examples/ray_pipeline.toml --requests 100 --concurrency 8 \
+	$(BIN)/python -m omni_runtime.apps.ray_local examples/ray_pipeline.toml --requests 100 --concurrency 8 \
 		--trace out/demo-ray.trace.jsonl --no-progress
 	$(BIN)/omni-fsm check out/demo-ray.trace.jsonl
 else ifeq ($(RUNTIME),sim)

@@ -171,6 +171,15 @@ class Pipeline:
         return self.capacity or 2 * max(s.replicas * s.max_running for s in self.stages)
 
 
+def custom_resources(pipeline: Pipeline) -> dict[str, float]:
+    """Return the custom resources every replica of ``pipeline`` asks for together (its ``[stages.placement]``)."""
+    needs: dict[str, float] = {}
+    for spec in pipeline.stages:
+        for name, amount in dict(dict(spec.placement).get("resources", ())).items():
+            needs[name] = needs.get(name, 0.0) + float(amount) * spec.replicas
+    return needs
+
+
 def fitting_adapters(upstream: StageKind | None, kind: StageKind) -> list[str]:
     """Return the input adapters that feed a ``kind`` stage from an ``upstream`` stage (``None``: the prompt)."""
     return [name for name, (source, feeds) in ADAPTER_KINDS.items() if source is upstream and kind in feeds]

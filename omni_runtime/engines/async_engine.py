@@ -27,6 +27,7 @@ from collections.abc import AsyncGenerator, Coroutine, Sequence
 from typing import Any, cast, overload
 
 from omni_fsm import SPEC, ControlMethod, Spec
+from omni_runtime import registry
 from omni_runtime.core import commands as cmd
 from omni_runtime.core import protocol as rp
 from omni_runtime.core.commands import ClientMessage
@@ -37,7 +38,6 @@ from omni_runtime.core.translation import StepHook
 from omni_runtime.engines.host import Host, Listener
 from omni_runtime.engines.watchdog import Watchdog, no_progress
 from omni_runtime.errors import ConfigError, EngineNotRunning, NoProgress, OmniRuntimeError, RpcError
-from omni_runtime.registry import runtime
 
 EVENT, POLL = "event", "poll"
 _log = logging.getLogger("omni_runtime")
@@ -60,7 +60,7 @@ class AsyncEngine:
             raise ConfigError(f"loop must be {EVENT!r} or {POLL!r}, not {loop!r}")
         self._watchdog = Watchdog(max_idle_rounds, max_silent_rounds)
         if runtimes is None:  # the default runtime, by name: the driver imports none
-            runtimes = runtime()(pipeline, seed)
+            runtimes = registry.runtimes(pipeline, seed=seed)
         self.host = Host(pipeline, runtimes, spec=spec, on_step=on_step, max_buffered=max_buffered)
         self.mode, self.poll_interval = loop, poll_interval
         self.max_silent_rounds = max_silent_rounds

@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any, cast, overload
 
 from omni_fsm import SPEC, ControlMethod, Spec
+from omni_runtime import registry
 from omni_runtime.core import protocol as rp
 from omni_runtime.core.commands import ClientMessage
 from omni_runtime.core.pipeline import Pipeline, require_pipeline
@@ -30,7 +31,6 @@ from omni_runtime.core.translation import StepHook
 from omni_runtime.engines.host import Host, Listener
 from omni_runtime.engines.watchdog import Watchdog, no_progress
 from omni_runtime.errors import OmniRuntimeError, RpcError
-from omni_runtime.registry import runtime
 
 
 class Engine:
@@ -49,7 +49,7 @@ class Engine:
         pipeline = require_pipeline(pipeline, "Engine")
         Watchdog(max_idle_rounds, max_silent_rounds)  # checks the bounds before anything starts
         if runtimes is None:  # the default runtime, by name: the driver imports none
-            runtimes = runtime()(pipeline, seed)
+            runtimes = registry.runtimes(pipeline, seed=seed)
         self.host = Host(pipeline, runtimes, spec=spec, on_step=on_step, max_buffered=max_buffered)
         self.max_idle_rounds = max_idle_rounds
         self.max_silent_rounds = max_silent_rounds

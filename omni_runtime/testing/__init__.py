@@ -100,9 +100,9 @@ def load_factory(spec: str) -> RuntimeFactory[StageRuntime]:
 
 def sim_factory(spec, stage, replica, rpc_fails):  # type: ignore[no-untyped-def]
     """Return a simulated replica with every contract-legal behaviour on (the kit's reference runtime)."""
-    from omni_runtime.registry import runtime
+    from omni_runtime import registry
 
-    return runtime("sim-kit")(spec, stage, replica, rpc_fails)
+    return registry.factory("sim-kit")(spec, stage, replica, rpc_fails)
 
 
 # -- the pytest plugin ------------------------------------------------------------------------------

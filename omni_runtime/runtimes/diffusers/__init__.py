@@ -52,8 +52,7 @@ def torch_threads(threads: int | None = None) -> int:
 
 @attrs.frozen
 class DemoKit:
-    """What a text-to-image program takes from this package besides its runtimes (``omni_runtime.apps.text2image``
-    reaches it by name, ``runtime("diffusers-demo")()``, and imports no runtime itself)."""
+    """What a text-to-image program takes from this package besides its runtimes (``omni_runtime.apps.text2image``)."""
 
     words: tuple[str, ...]  #: the tiny tokenizer's vocabulary: prompts made of them are read word for word
     torch_threads: Any  #: ``torch_threads(n)``
@@ -129,15 +128,15 @@ def diffusers_runtimes(pipeline: Pipeline, options: DiffusersOptions | None = No
     """Return every stage's replicas, ``result[stage][replica]``: diffusion stages on diffusers (``options``), AR
     stages on the runtime named ``ar_runtime`` in ``omni_runtime.registry`` (default: the simulator; ``vllm``:
     a real vLLM engine per AR replica, each in a process of its own, on the tiny Llama)."""
-    from omni_runtime.registry import runtime
+    from omni_runtime import registry
 
     factory = diffusers_factory(options)
     kinds = {spec.kind for spec in pipeline.stages}
     if ar_runtime == "vllm":  # vLLM runs AR stages only: its replicas are made stage by stage
-        ar_factory: RuntimeFactory[StageRuntime] = runtime("vllm-factory")()
+        ar_factory: RuntimeFactory[StageRuntime] = registry.factory("vllm")
         return [[(factory if spec.kind is StageKind.DIFFUSION else ar_factory)(spec, stage, replica, False)
                  for replica in range(spec.replicas)] for stage, spec in enumerate(pipeline.stages)]  # fmt: skip
-    others: list[list[StageRuntime]] = runtime(ar_runtime)(pipeline) if StageKind.AR in kinds else []
+    others: list[list[StageRuntime]] = registry.runtimes(pipeline, ar_runtime) if StageKind.AR in kinds else []
     return [[factory(spec, stage, replica, False) for replica in range(spec.replicas)]
             if spec.kind is StageKind.DIFFUSION else others[stage] for stage, spec in enumerate(pipeline.stages)]
 
