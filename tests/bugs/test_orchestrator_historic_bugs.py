@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 from faulty_runtimes import Raising
-from helpers import assert_drained, demo_pipeline, monitor_for, monitored_engine, verdict
+from helpers import assert_drained, demo_pipeline, monitor_for, monitored_engine, record_answers, verdict
 
 from omni_fsm import ControlMethod, EngineState, Outcome
 from omni_runtime import AsyncEngine, EngineNotRunning, OmniRuntimeError, Prompt, RpcError
@@ -70,7 +70,7 @@ def _b10_answer_outlives_its_caller(monkeypatch: pytest.MonkeyPatch) -> None:
             future.set_result(answer)
 
     monkeypatch.setattr(AsyncEngine, "_answer", answer)
-    monkeypatch.setattr(AsyncEngine, "_answered", answered)
+    monkeypatch.setattr(AsyncEngine, "answered", answered)
 
 
 def _cancel_a_wait_before_its_answer(wait: str, loop: str) -> dict[str, Any]:
@@ -87,14 +87,7 @@ def _cancel_a_wait_before_its_answer(wait: str, loop: str) -> dict[str, Any]:
     async def main() -> dict[str, Any]:
         engine = AsyncEngine(pipeline, sim_runtimes(pipeline, 1), loop=loop, on_step=monitor.step)
         await engine.start()
-        answers: list[cmd.Command] = []
-        deliver = engine.host.answered
-
-        def recorded(answer: cmd.Command) -> None:
-            answers.append(answer)
-            deliver(answer)
-
-        engine.host.answered = recorded
+        answers = record_answers(engine.host)
         rids = [engine.submit(Prompt(max_tokens=8)) for _ in range(4)]
         readers = [asyncio.ensure_future(_read(engine, rid)) for rid in rids[:3]]
         waiting = asyncio.ensure_future(engine.control(PAUSE) if wait == "control" else engine.abort(rids[3]))
@@ -183,7 +176,7 @@ def _b11_host_lets_it_escape(monkeypatch: pytest.MonkeyPatch) -> None:
     def escaping(self, c):
         if isinstance(c, cmd.RpcCall):
             self.runtimes[c.stage][c.replica].control(c.call_id, c.method, c.level, c.tags)
-            self.wake(c.stage, c.replica)
+            self.driver.work_given(c.stage, c.replica)
         else:
             carry_out(self, c)
 
