@@ -40,7 +40,7 @@ $(DIFFUSERS_STAMP): $(VLLM_STAMP)
 	$(BIN)/python -c 'import diffusers, transformers, torch' || { echo "diffusers does not import after the install"; exit 1; }
 	touch $(DIFFUSERS_STAMP)
 
-# Ray for the Ray runtime (omni_runtime/runtimes/ray: stage replicas in actors across hosts, docs/scale-out.md).
+# Ray for the Ray runtime (omni_runtime/hosting/ray: stage replicas in actors across hosts, docs/scale-out.md).
 RAY_STAMP := $(VENV)/.ray-installed
 $(RAY_STAMP): $(STAMP)
 	$(BIN)/python -m pip install -q 'ray==2.60.0'
@@ -67,7 +67,7 @@ demo: $(STAMP) $(VLLM_STAMP)
 else ifeq ($(RUNTIME),ray)
 # `make demo RUNTIME=ray`: the two-stage pipeline with each replica in a Ray actor, on a local cluster of two nodes.
 demo: $(STAMP) $(RAY_STAMP)
-	$(BIN)/python -m omni_runtime.runtimes.ray.local examples/ray_pipeline.toml --requests 100 --concurrency 8 \
+	$(BIN)/python -m omni_runtime.apps.ray_local examples/ray_pipeline.toml --requests 100 --concurrency 8 \
 		--trace out/demo-ray.trace.jsonl --no-progress
 	$(BIN)/omni-fsm check out/demo-ray.trace.jsonl
 else ifeq ($(RUNTIME),sim)
@@ -75,7 +75,7 @@ ifeq ($(PIPELINE),text2image)
 # `make demo PIPELINE=text2image`: AR (simulator) -> diffusion (diffusers' tiny pipeline), a few requests aborted and
 # one failed; each image as PNG and an HTML report in out/text2image (docs/diffusion.md), the trace checked.
 demo: $(STAMP) $(DIFFUSERS_STAMP)
-	$(BIN)/python -m omni_runtime.text2image --out out/text2image --requests 12
+	$(BIN)/python -m omni_runtime.apps.text2image --out out/text2image --requests 12
 	$(BIN)/omni-fsm check out/text2image/trace.jsonl
 else
 demo: $(STAMP)

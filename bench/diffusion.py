@@ -52,8 +52,8 @@ import torch
 
 from omni_fsm import StageKind
 from omni_runtime import Engine, Prompt
-from omni_runtime.host import Host
-from omni_runtime.pipeline import Pipeline, StageSpec
+from omni_runtime.core.pipeline import Pipeline, StageSpec
+from omni_runtime.engines.host import Host
 from omni_runtime.runtimes.diffusers import (
     Denoiser,
     DiffusersOptions,

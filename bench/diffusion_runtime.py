@@ -21,9 +21,9 @@ import numpy as np
 import torch
 
 from omni_fsm import StageKind
-from omni_runtime import protocol as rp
-from omni_runtime.adapters import Sampling, StageInput
-from omni_runtime.pipeline import StageSpec
+from omni_runtime.core import protocol as rp
+from omni_runtime.core.pipeline import StageSpec
+from omni_runtime.core.prompts import Sampling, StageInput
 from omni_runtime.runtimes.diffusers import DiffusersOptions, diffusers_factory
 
 

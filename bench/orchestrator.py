@@ -61,8 +61,8 @@ from _floor import floor_run
 
 from omni_fsm import StageKind
 from omni_runtime import AsyncEngine, Orchestrator, Prompt, simple_pipeline
-from omni_runtime import commands as cmd
-from omni_runtime import protocol as rp
+from omni_runtime.core import commands as cmd
+from omni_runtime.core import protocol as rp
 from omni_runtime.runtimes.sim import instant, instant_runtimes
 
 PIPELINE = simple_pipeline([StageKind.AR, StageKind.AR, StageKind.DIFFUSION], replicas=1, max_running=1 << 20)

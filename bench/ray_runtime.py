@@ -5,7 +5,7 @@ runs (``--runtime``, default ``vllm`` where vLLM is installed, else ``sim``, and
 
 - ``vllm``: a real vLLM engine over the tiny local Llama (``omni_runtime.runtimes.vllm:engine_factory``, built once
   into the user's cache), greedy; the thinker's tokens are the talker's prompt.
-- ``sim``: the simulator (``omni_runtime.runtimes.ray._inner:sim``) whose busy steps take ``--step-ms`` more (a
+- ``sim``: the simulator (the registry's ``sim``, its ``step_s`` option) whose busy steps take ``--step-ms`` more (a
   forward pass; 0: the simulator's own cost only, which measures the transports alone).
 
 The transports:
@@ -39,13 +39,12 @@ from typing import Any
 
 from omni_fsm import Outcome
 from omni_runtime import AsyncEngine, Prompt, load_pipeline
-from omni_runtime.pipeline import Pipeline
-from omni_runtime.runtimes.process import ProcessRuntime
-from omni_runtime.runtimes.ray import RayRuntime
-from omni_runtime.runtimes.ray.local import nodes_for, start_cluster, stop_cluster
+from omni_runtime.core.pipeline import Pipeline
+from omni_runtime.hosting.process import ProcessRuntime
+from omni_runtime.hosting.ray import RayRuntime
+from omni_runtime.hosting.ray.local import nodes_for, start_cluster, stop_cluster
 
 PIPELINE = Path(__file__).resolve().parents[1] / "examples" / "ray_pipeline.toml"
-SIM = "omni_runtime.runtimes.ray._inner:sim"
 VLLM = "omni_runtime.runtimes.vllm:engine_factory"
 
 
@@ -93,14 +92,15 @@ class _Made:
 
     def runtimes(self, transport: str) -> list[list[Any]]:
         stages = list(enumerate(self.pipeline.stages))
-        target: str
-        args: tuple[Any, ...]
+        sim: dict[str, Any] = {"seed": 0, "step_s": self.step_s}
         if transport == "process":
-            target, args = (VLLM, (self.model,)) if self.runtime == "vllm" else (SIM, (False, 0, self.step_s))
-            return [[ProcessRuntime(target, spec, stage, replica, *args) for replica in range(spec.replicas)]
-                    for stage, spec in stages]  # fmt: skip
-        name, args = ("vllm", (self.model,)) if self.runtime == "vllm" else (SIM, (0, self.step_s))
-        return [[RayRuntime(spec, stage, replica, False, *args, runtime=name, wait_s=self.wait_s)
+            if self.runtime == "vllm":
+                return [[ProcessRuntime(VLLM, spec, stage, replica, self.model) for replica in range(spec.replicas)]
+                        for stage, spec in stages]  # fmt: skip
+            return [[ProcessRuntime("sim", spec, stage, replica, False, options=sim)
+                     for replica in range(spec.replicas)] for stage, spec in stages]  # fmt: skip
+        name, options = ("vllm-engine", {"model_dir": self.model}) if self.runtime == "vllm" else ("sim", sim)
+        return [[RayRuntime(spec, stage, replica, False, runtime=name, options=options, wait_s=self.wait_s)
                  for replica in range(spec.replicas)] for stage, spec in stages]  # fmt: skip
 
 

@@ -45,7 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from omni_fsm import StageKind  # noqa: E402
 from omni_fsm import events as ev  # noqa: E402
 from omni_runtime import Engine, Prompt, Sampling, simple_pipeline  # noqa: E402
-from omni_runtime.runtimes.process import ProcessRuntime  # noqa: E402
+from omni_runtime.hosting.process import ProcessRuntime  # noqa: E402
 from omni_runtime.runtimes.vllm import RequestPlan, SchedulerOptions, VllmSchedulerRuntime  # noqa: E402
 from omni_runtime.runtimes.vllm._engine import CoreEngine  # noqa: E402
 from omni_runtime.runtimes.vllm.tiny import build_tiny_llama  # noqa: E402

@@ -55,7 +55,7 @@ from vllm.v1.request import Request  # noqa: E402
 
 from omni_fsm import StageKind  # noqa: E402
 from omni_runtime import simple_pipeline  # noqa: E402
-from omni_runtime.adapters import StageInput  # noqa: E402
+from omni_runtime.core.prompts import StageInput  # noqa: E402
 from omni_runtime.runtimes.vllm import RequestPlan, SchedulerOptions, VllmSchedulerRuntime, build_scheduler  # noqa: E402
 from omni_runtime.runtimes.vllm._config import block_hasher  # noqa: E402
 from omni_runtime.runtimes.vllm.omni_scheduler import OmniScheduler  # noqa: E402

@@ -11,8 +11,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from omni_fsm import Outcome  # a ClientMessage's outcome: re-exported so that a client needs one import
-from omni_runtime.adapters import INPUT_ADAPTERS, OUTPUT_ADAPTERS, Prompt, Sampling, StageInput
-from omni_runtime.commands import (
+from omni_runtime.core.adapters import INPUT_ADAPTERS, OUTPUT_ADAPTERS
+from omni_runtime.core.commands import (
     AbortAnswer,
     AbortAt,
     ClientMessage,
@@ -26,6 +26,22 @@ from omni_runtime.commands import (
     StopOrchestrator,
     StopRuntimes,
 )  # fmt: skip
+from omni_runtime.core.orchestrator import Orchestrator
+from omni_runtime.core.pipeline import (
+    Pipeline,
+    StageSpec,
+    example_pipeline,
+    load_pipeline,
+    parse_pipeline,
+    require_pipeline,
+    simple_pipeline,
+)
+from omni_runtime.core.prompts import Prompt, Sampling, StageInput
+from omni_runtime.core.protocol import PAUSE_MODES, RuntimeFactory, StageRuntime, StreamingInput, build_runtimes
+from omni_runtime.core.results import RequestResult
+from omni_runtime.core.text import IncrementalText, Tokenizer
+from omni_runtime.engines.engine import Engine
+from omni_runtime.engines.host import Host
 from omni_runtime.errors import (
     ConfigError,
     EngineNotRunning,
@@ -37,30 +53,15 @@ from omni_runtime.errors import (
     RequestRefused,
     RpcError,
 )  # fmt: skip
-from omni_runtime.host import Host
-from omni_runtime.orchestrator import Orchestrator
-from omni_runtime.pipeline import (
-    Pipeline,
-    StageSpec,
-    example_pipeline,
-    load_pipeline,
-    parse_pipeline,
-    require_pipeline,
-    simple_pipeline,
-)
-from omni_runtime.protocol import PAUSE_MODES, RuntimeFactory, StageRuntime, StreamingInput, build_runtimes
-from omni_runtime.results import RequestResult
-from omni_runtime.sync import Engine
-from omni_runtime.text import IncrementalText, Tokenizer
 
 if TYPE_CHECKING:  # for type checkers; at run time ``__getattr__`` imports it on first use
-    from omni_runtime.driver import AsyncEngine
+    from omni_runtime.engines.async_engine import AsyncEngine
 
 
 def __getattr__(name: str) -> Any:
     """Return ``AsyncEngine`` (the asyncio driver), imported on first use."""
     if name == "AsyncEngine":
-        from omni_runtime.driver import AsyncEngine
+        from omni_runtime.engines.async_engine import AsyncEngine
 
         globals()[name] = AsyncEngine
         return AsyncEngine

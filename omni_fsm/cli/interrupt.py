@@ -6,7 +6,7 @@ job a shell started with ``&``), so the ``with`` and ``finally`` blocks on the w
 being written removes its temporary file and leaves the path as it was); then the command prints
 ``PROG: interrupted`` and ``what()`` (asked then: the reason may depend on how far it got), and
 returns ``INTERRUPTED``. A body that runs an event loop handles SIGTERM inside it as ``asyncio.run``
-handles Ctrl-C (cancel its main task: see ``omni_runtime.cli``), then raises ``KeyboardInterrupt``.
+handles Ctrl-C (cancel its main task: see ``omni_runtime.apps.cli``), then raises ``KeyboardInterrupt``.
 """
 
 from __future__ import annotations

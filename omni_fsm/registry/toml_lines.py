@@ -3,7 +3,7 @@
 ``tomllib`` gives values, not positions; ``Lines`` finds the line of a table in the text (the root,
 a ``[table]``, the n-th ``[[array]]`` table) and of a key in it, and ``Fields`` reads one table with
 typed accessors whose errors point there. Used by ``omni_fsm.registry`` for ``specs/`` and by
-``omni_runtime.pipeline`` for pipeline files.
+``omni_runtime.core.pipeline`` for pipeline files.
 """
 
 from __future__ import annotations

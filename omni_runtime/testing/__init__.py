@@ -30,8 +30,8 @@ from hypothesis.database import ExampleDatabase
 from hypothesis.stateful import run_state_machine_as_test
 
 from omni_fsm import ControlMethod, StageKind
-from omni_runtime.pipeline import Pipeline, simple_pipeline
-from omni_runtime.protocol import RuntimeFactory, StageRuntime
+from omni_runtime.core.pipeline import Pipeline, simple_pipeline
+from omni_runtime.core.protocol import RuntimeFactory, StageRuntime
 from omni_runtime.testing._checker import KitViolation, RawStreamChecker
 from omni_runtime.testing._machine import ConformanceError, make_machine, stage_specs
 
@@ -92,17 +92,17 @@ def check_runtime(factory: RuntimeFactory[StageRuntime], max_examples: int = 30,
 
 def load_factory(spec: str) -> RuntimeFactory[StageRuntime]:
     """Return the factory named ``package.module:name``; ``ValueError`` (a ``ConfigError``) says what is wrong with
-    ``spec`` (``omni_runtime.runtime_names.load_factory``, as ``omni-run --runtime`` loads it)."""
-    from omni_runtime.runtime_names import load_factory as load
+    ``spec`` (``omni_runtime.registry.load_factory``, as ``omni-run --runtime`` loads it)."""
+    from omni_runtime.registry import load_factory as load
 
     return load(spec, "--omni-runtime")
 
 
 def sim_factory(spec, stage, replica, rpc_fails):  # type: ignore[no-untyped-def]
     """Return a simulated replica with every contract-legal behaviour on (the kit's reference runtime)."""
-    from omni_runtime.runtime_names import runtime
+    from omni_runtime import registry
 
-    return runtime("sim-kit")(spec, stage, replica, rpc_fails)
+    return registry.factory("sim-kit")(spec, stage, replica, rpc_fails)
 
 
 # -- the pytest plugin ------------------------------------------------------------------------------

@@ -6,8 +6,8 @@ from __future__ import annotations
 import attrs
 
 from omni_fsm.invariants import CHECKS
-from omni_runtime import protocol as rp
-from omni_runtime.pipeline import StageSpec
+from omni_runtime.core import protocol as rp
+from omni_runtime.core.pipeline import StageSpec
 from omni_runtime.testing._engine_view import EngineView
 
 ONE_FINISH = ("ORCH-INV-101", "one_finish_per_accepted_request")

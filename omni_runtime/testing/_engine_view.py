@@ -16,10 +16,10 @@ from omni_fsm import LifecycleError, ReqState
 from omni_fsm import events as ev
 from omni_fsm import observations as ob
 from omni_fsm.engine.core import Lifecycle
-from omni_runtime import protocol as rp
+from omni_runtime.core import protocol as rp
+from omni_runtime.core.intake import report_event
+from omni_runtime.core.pipeline import Pipeline, StageSpec
 from omni_runtime.errors import OmniRuntimeError
-from omni_runtime.orchestrator import report_event
-from omni_runtime.pipeline import Pipeline, StageSpec
 
 UNBOUNDED = 1 << 40  #: the view's running slots: every request the kit adds is dispatched
 

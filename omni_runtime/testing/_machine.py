@@ -9,10 +9,10 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from omni_fsm import ControlMethod, StageKind
-from omni_runtime.adapters import StageInput
-from omni_runtime.pipeline import StageSpec
-from omni_runtime.protocol import PROTOCOL_METHODS as _PROTOCOL_METHODS  # old name: the draws hash its source
-from omni_runtime.protocol import RuntimeFactory, StageRuntime, StreamingInput
+from omni_runtime.core.pipeline import StageSpec
+from omni_runtime.core.prompts import StageInput
+from omni_runtime.core.protocol import PROTOCOL_METHODS as _PROTOCOL_METHODS  # old name: the draws hash its source
+from omni_runtime.core.protocol import RuntimeFactory, StageRuntime, StreamingInput
 from omni_runtime.testing._checker import RAISED, KitViolation, RawStreamChecker
 
 

@@ -14,14 +14,15 @@ from typing import Any
 
 import pytest
 from faulty_runtimes import Raising
-from helpers import assert_drained, demo_pipeline, monitor_for, monitored_engine, verdict
+from helpers import assert_drained, demo_pipeline, monitor_for, monitored_engine, record_answers, verdict
 
 from omni_fsm import ControlMethod, EngineState, Outcome
-from omni_runtime import AsyncEngine, EngineNotRunning, OmniRuntimeError, Orchestrator, Prompt, RpcError
-from omni_runtime import commands as cmd
-from omni_runtime import orchestrator as orchestrator_module
-from omni_runtime import protocol as rp
-from omni_runtime.host import Host
+from omni_runtime import AsyncEngine, EngineNotRunning, OmniRuntimeError, Prompt, RpcError
+from omni_runtime.core import commands as cmd
+from omni_runtime.core import intake as intake_module
+from omni_runtime.core import protocol as rp
+from omni_runtime.core.intake import Intake
+from omni_runtime.engines.host import Host
 from omni_runtime.runtimes.sim import SimConfig, sim_runtimes
 from omni_runtime.testing import RawStreamChecker
 
@@ -69,7 +70,7 @@ def _b10_answer_outlives_its_caller(monkeypatch: pytest.MonkeyPatch) -> None:
             future.set_result(answer)
 
     monkeypatch.setattr(AsyncEngine, "_answer", answer)
-    monkeypatch.setattr(AsyncEngine, "_answered", answered)
+    monkeypatch.setattr(AsyncEngine, "answered", answered)
 
 
 def _cancel_a_wait_before_its_answer(wait: str, loop: str) -> dict[str, Any]:
@@ -86,14 +87,7 @@ def _cancel_a_wait_before_its_answer(wait: str, loop: str) -> dict[str, Any]:
     async def main() -> dict[str, Any]:
         engine = AsyncEngine(pipeline, sim_runtimes(pipeline, 1), loop=loop, on_step=monitor.step)
         await engine.start()
-        answers: list[cmd.Command] = []
-        deliver = engine.host.answered
-
-        def recorded(answer: cmd.Command) -> None:
-            answers.append(answer)
-            deliver(answer)
-
-        engine.host.answered = recorded
+        answers = record_answers(engine.host)
         rids = [engine.submit(Prompt(max_tokens=8)) for _ in range(4)]
         readers = [asyncio.ensure_future(_read(engine, rid)) for rid in rids[:3]]
         waiting = asyncio.ensure_future(engine.control(PAUSE) if wait == "control" else engine.abort(rids[3]))
@@ -170,8 +164,8 @@ def _rpc_answers_judged(calls: list[tuple[bool, Any]]) -> list[tuple[str, str, i
 
 def _b11_orchestrator_swallows_the_error(monkeypatch: pytest.MonkeyPatch) -> None:
     """B11 switched into the orchestrator: a worker's error is never recorded; the RPC answers success."""
-    record = Orchestrator._rpc_result
-    monkeypatch.setattr(Orchestrator, "_rpc_result", lambda self, call, where, error: record(self, call, where, None))
+    record = Intake.rpc_result
+    monkeypatch.setattr(Intake, "rpc_result", lambda self, call, where, error: record(self, call, where, None))
 
 
 def _b11_host_lets_it_escape(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -182,7 +176,7 @@ def _b11_host_lets_it_escape(monkeypatch: pytest.MonkeyPatch) -> None:
     def escaping(self, c):
         if isinstance(c, cmd.RpcCall):
             self.runtimes[c.stage][c.replica].control(c.call_id, c.method, c.level, c.tags)
-            self.wake(c.stage, c.replica)
+            self.driver.work_given(c.stage, c.replica)
         else:
             carry_out(self, c)
 
@@ -292,7 +286,7 @@ STOPPED_IN_ORDER = ["orchestrator stopped", *(f"runtime {s}/{r} shut down" for s
 
 def _b9_orchestrator_ignores_engine_death(monkeypatch: pytest.MonkeyPatch) -> None:
     """B9 switched into the orchestrator: a runtime's ``EngineDead`` is not acted on."""
-    monkeypatch.setitem(orchestrator_module._REPORTS, rp.EngineDead, lambda self, stage, replica, report: [])
+    monkeypatch.setitem(intake_module._REPORTS, rp.EngineDead, lambda self, stage, replica, report: [])
 
 
 def _engine_dies_under_four_requests() -> dict[str, Any]:

@@ -20,10 +20,10 @@ from omni_fsm import SPEC, ControlMethod, Effect, Outcome, StageKind
 from omni_fsm import observations as ob
 from omni_fsm.invariants import CHECKS
 from omni_runtime import Engine, OmniRuntimeError, Orchestrator, Prompt, simple_pipeline
-from omni_runtime import orchestrator as orchestrator_module
-from omni_runtime import protocol as rp
-from omni_runtime.adapters import StageInput
-from omni_runtime.pipeline import StageSpec
+from omni_runtime.core import protocol as rp
+from omni_runtime.core import translation as translation_module
+from omni_runtime.core.pipeline import StageSpec
+from omni_runtime.core.prompts import StageInput
 from omni_runtime.runtimes.sim import SimConfig, sim_replica, sim_runtimes
 from omni_runtime.testing import RawStreamChecker
 
@@ -303,14 +303,14 @@ def _b8_core_sizes_no_prefix(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def _b8_orchestrator_renders_no_prefix(monkeypatch: pytest.MonkeyPatch) -> None:
     """B8 switched into the orchestrator: it renders no data for an aborted terminal."""
-    real = orchestrator_module._OBSERVATIONS[ob.Emitted]
+    real = translation_module._HANDLERS[ob.Emitted]
 
-    def prefix_dropped(orch, o, out):
-        real(orch, o, out)
+    def prefix_dropped(translation, o, out, ctx):
+        real(translation, o, out, ctx)
         if o.finished and o.outcome is Outcome.ABORTED:  # as if the `o.cumulative` clause were missing
             out[-1] = attrs.evolve(out[-1], message=attrs.evolve(out[-1].message, data=None))
 
-    monkeypatch.setitem(orchestrator_module._OBSERVATIONS, ob.Emitted, prefix_dropped)
+    monkeypatch.setitem(translation_module._HANDLERS, ob.Emitted, prefix_dropped)
 
 
 def test_b8_an_abort_sized_without_its_prefix_is_caught(monkeypatch: pytest.MonkeyPatch):

@@ -34,8 +34,7 @@ def cross_failure_counterexample(folder: Path) -> Path:
 
 def demo_trace(folder: Path, requests: int = 6) -> Path:
     """Return the trace of a short run of the demo pipeline (``omni-run examples/pipeline.toml --trace``)."""
-    script = Path(sys.executable).with_name("omni-run")
-    command = [str(script)] if script.exists() else [sys.executable, "-m", "omni_runtime.cli"]
+    command = [sys.executable, "-m", "omni_runtime.apps.cli"]  # omni-run, whatever console scripts are installed
     path = folder / "demo.trace.jsonl"
     run = subprocess.run([*command, str(ROOT / "examples" / "pipeline.toml"), "--requests", str(requests),
                           "--concurrency", "4", "--no-progress", "--trace", str(path)],

@@ -8,7 +8,7 @@ from __future__ import annotations
 import attrs
 
 from omni_fsm import ControlMethod, StopKind
-from omni_runtime import protocol as rp
+from omni_runtime.core import protocol as rp
 from omni_runtime.runtimes.sim import SimConfig, sim_replica
 
 

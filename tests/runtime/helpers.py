@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from typing import Any
 
 from omni_fsm import Outcome, StageKind
 from omni_fsm.invariants import Monitor
@@ -86,7 +87,7 @@ def run_loop(loop: str, specs, seed: int, engine_class=AsyncEngine):
             return listener
 
         for i, (n, companions, abort_at) in enumerate(specs):
-            rid = engine.host.orchestrator._next_rid
+            rid = engine.host.orchestrator.next_rid
             seen[rid] = []
             engine.submit(Prompt((i, 1, 2)), n, companions, listener_for(abort_at))
         await asyncio.wait_for(done.wait(), 10)
@@ -108,3 +109,25 @@ def assert_stage_ordered(messages: Sequence[ClientMessage]) -> None:
         last[m.sample] = m.stage
     if messages[-1].outcome is Outcome.FINISHED and messages[-1].reason != "length":
         assert messages[-1].stage == max(m.stage for m in messages)
+
+
+class WatchedDriver:
+    """A host's driver that first calls ``on_answer`` with every abort and RPC answer the host hands it."""
+
+    def __init__(self, driver: Any, on_answer: Any) -> None:
+        self.driver, self.on_answer = driver, on_answer
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.driver, name)
+
+    def answered(self, answer: Any) -> None:
+        self.on_answer(answer)
+        self.driver.answered(answer)
+
+
+def record_answers(host: Any) -> list[Any]:
+    """Return the list that every answer ``host`` gives its driver from now on is appended to, before the driver
+    gets it."""
+    answers: list[Any] = []
+    host.driver = WatchedDriver(host.driver, answers.append)
+    return answers

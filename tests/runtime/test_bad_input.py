@@ -16,8 +16,8 @@ from helpers import assert_drained
 
 from omni_fsm import Outcome, StageKind, StopKind
 from omni_runtime import Engine, Orchestrator, Prompt, RequestRefused, simple_pipeline
-from omni_runtime import commands as cmd
-from omni_runtime import protocol as rp
+from omni_runtime.core import commands as cmd
+from omni_runtime.core import protocol as rp
 from omni_runtime.runtimes.sim import sim_runtimes
 
 SCHEDULED = rp.Status.SCHEDULED

@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 
 from omni_fsm import StageKind
-from omni_runtime.cli import main
+from omni_runtime.apps.cli import main
+from omni_runtime.apps.workload import WorkloadOptions, max_replica_deaths, sim_config
+from omni_runtime.core.pipeline import simple_pipeline
 from omni_runtime.errors import ConfigError
-from omni_runtime.pipeline import simple_pipeline
-from omni_runtime.workload import WorkloadOptions, max_replica_deaths, sim_config
 
 EXAMPLE = str(Path(__file__).parents[2] / "examples" / "pipeline.toml")  # three stages of two replicas
 

@@ -19,11 +19,11 @@ from typing import Any
 
 import pytest
 
-from omni_runtime import cli
-from omni_runtime.cli import _progress_bar, _until_terminated, main
+from omni_runtime.apps import cli
+from omni_runtime.apps.cli import _progress_bar, _until_terminated, main
 
 EXAMPLE = str(Path(__file__).parents[2] / "examples" / "pipeline.toml")
-OMNI_RUN = [sys.executable, "-c", "import sys; from omni_runtime.cli import main; sys.exit(main())"]
+OMNI_RUN = [sys.executable, "-c", "import sys; from omni_runtime.apps.cli import main; sys.exit(main())"]
 
 
 def leftovers(folder: Path) -> list[str]:

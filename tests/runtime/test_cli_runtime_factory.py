@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from omni_runtime.cli import main
+from omni_runtime.apps.cli import main
 
 EXAMPLE = str(Path(__file__).parents[2] / "examples" / "pipeline.toml")  # thinker, talker (AR), image (diffusion)
 #: a module in the current directory, with factories good and bad

@@ -32,8 +32,8 @@ from hypothesis.stateful import run_state_machine_as_test
 
 from omni_fsm import ControlMethod, Outcome, StageKind
 from omni_runtime import Engine, Prompt, simple_pipeline
-from omni_runtime import protocol as rp
-from omni_runtime.pipeline import StageSpec
+from omni_runtime.core import protocol as rp
+from omni_runtime.core.pipeline import StageSpec
 from omni_runtime.runtimes.sim import SimConfig, sim_replica
 from omni_runtime.testing import ConformanceError, check_runtime, make_machine, sim_factory
 from omni_runtime.testing._machine import teardown_steps

@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from omni_fsm import ControlMethod, StageKind
 from omni_runtime import AbortAnswer, AbortAt, Orchestrator, Prompt, RpcAnswer, RpcCall, simple_pipeline
-from omni_runtime import protocol as rp
+from omni_runtime.core import protocol as rp
 
 METHODS = [ControlMethod.PAUSE_SCHEDULER, ControlMethod.RESUME_SCHEDULER]
 

@@ -12,7 +12,7 @@ import pytest
 import omni_fsm.cli
 from omni_fsm.trace import read_trace
 from omni_runtime import load_pipeline
-from omni_runtime.cli import main
+from omni_runtime.apps.cli import main
 
 EXAMPLE = str(Path(__file__).parents[2] / "examples" / "pipeline.toml")
 

@@ -18,6 +18,7 @@ from omni_runtime.testing import ConformanceError, check_runtime
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "runtime.md"
 BIN = Path(sys.executable).parent
+OMNI_RUN = [sys.executable, "-m", "omni_runtime.apps.cli"]  #: ``omni-run``, whatever console scripts are installed
 #: the doc's Python blocks, each by its first line
 BLOCKS = {code.splitlines()[0]: code for code in re.findall(r"```python\n(.*?)```", DOC.read_text("utf-8"), re.S)}
 RUNTIME = BLOCKS["# echo_runtime.py"]
@@ -48,7 +49,7 @@ def test_the_docs_runtime_without_scheduled_fails_the_kit_naming_the_rule(tmp_pa
 def test_omni_run_runs_the_docs_runtime_by_its_factory_and_the_trace_checks_clean(tmp_path):
     (tmp_path / "echo_runtime.py").write_text(RUNTIME, encoding="utf-8")
     pipeline = str(ROOT / "examples" / "vllm_pipeline.toml")  # two AR stages, the second of two replicas
-    run = subprocess.run([str(BIN / "omni-run"), pipeline, "--runtime", "echo_runtime:factory", "--requests", "40",
+    run = subprocess.run([*OMNI_RUN, pipeline, "--runtime", "echo_runtime:factory", "--requests", "40",
                           "--no-progress", "--trace", "echo.jsonl"],
                          cwd=tmp_path, capture_output=True, text=True, timeout=60)  # fmt: skip
     assert run.returncode == 0, run.stdout + run.stderr

@@ -8,13 +8,13 @@ import asyncio
 import logging
 
 import pytest
-from helpers import assert_drained
+from helpers import WatchedDriver, assert_drained
 
 from omni_fsm import ControlMethod, EngineState, Outcome, StageKind
 from omni_runtime import AsyncEngine, ClientMessage, Engine, EngineNotRunning, OmniRuntimeError, Prompt, simple_pipeline
-from omni_runtime import commands as cmd
-from omni_runtime import protocol as rp
-from omni_runtime.host import Host
+from omni_runtime.core import commands as cmd
+from omni_runtime.core import protocol as rp
+from omni_runtime.engines.host import Host
 from omni_runtime.runtimes.sim import SimConfig, instant_runtimes, sim_runtimes
 
 LOOPS = ["event", "poll"]
@@ -432,12 +432,12 @@ def test_failing_the_engine_keeps_decided_deliveries_and_answers_and_drops_runti
     def broken_answered(answer):
         raise RuntimeError("a bug while answering")
 
-    host.answered = broken_answered
+    driver, host.driver = host.driver, WatchedDriver(host.driver, broken_answered)
     partial = ClientMessage(rid, 0, data=(5,))
     with pytest.raises(RuntimeError, match="a bug while answering"):
         host.execute([cmd.AbortAnswer(90, rid, True), cmd.Dispatch(rid, 0, 0, None), cmd.Deliver(partial),
                       cmd.RpcAnswer(91, ControlMethod.PAUSE_SCHEDULER, True)])  # fmt: skip
-    host.answered = lambda answer: None
+    host.driver = driver
     host.fail_engine()
     assert dispatched == []
     box = list(host.mailboxes[rid])

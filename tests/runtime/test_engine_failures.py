@@ -13,7 +13,7 @@ from helpers import assert_drained, demo_pipeline
 
 from omni_fsm import ControlMethod, Outcome, StageKind
 from omni_runtime import AsyncEngine, Engine, EngineNotRunning, OmniRuntimeError, Prompt, simple_pipeline
-from omni_runtime import protocol as rp
+from omni_runtime.core import protocol as rp
 from omni_runtime.runtimes.sim import SimConfig, sim_runtimes
 from omni_runtime.runtimes.sim.ar import SimAR
 

@@ -24,10 +24,10 @@ from hypothesis.database import ExampleDatabase
 import omni_runtime.testing as kit
 from omni_fsm import Outcome, StageKind
 from omni_runtime import Engine, Orchestrator, Prompt, simple_pipeline
-from omni_runtime import commands as cmd
-from omni_runtime import protocol as rp
-from omni_runtime.adapters import StageInput
-from omni_runtime.pipeline import StageSpec
+from omni_runtime.core import commands as cmd
+from omni_runtime.core import protocol as rp
+from omni_runtime.core.pipeline import StageSpec
+from omni_runtime.core.prompts import StageInput
 from omni_runtime.runtimes.sim import SimConfig, sim_replica
 from omni_runtime.testing import ConformanceError, RawStreamChecker, check_runtime, make_machine, parse_seed
 from omni_runtime.testing._plugin import ConformanceItem

@@ -44,8 +44,8 @@ from faulty_runtimes import (
 from hypothesis.stateful import INITIALIZE_RULE_MARKER, RULE_MARKER
 
 from omni_fsm import ControlMethod, StageKind
-from omni_runtime import protocol as rp
-from omni_runtime.pipeline import StageSpec
+from omni_runtime.core import protocol as rp
+from omni_runtime.core.pipeline import StageSpec
 from omni_runtime.runtimes.sim import SimConfig, sim_replica
 from omni_runtime.testing import ConformanceError, _checker, check_runtime, make_machine, sim_factory
 

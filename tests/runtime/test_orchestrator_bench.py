@@ -21,7 +21,7 @@ import pytest
 
 from omni_fsm import Outcome
 from omni_runtime import AsyncEngine, Orchestrator, Prompt
-from omni_runtime import commands as cmd
+from omni_runtime.core import commands as cmd
 from omni_runtime.runtimes.sim import instant_runtimes
 
 BENCH = Path(__file__).resolve().parents[2] / "bench" / "orchestrator.py"

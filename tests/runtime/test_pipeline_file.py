@@ -19,10 +19,10 @@ from omni_runtime import (
     StageSpec,
     load_pipeline,
 )
-from omni_runtime.adapters import ADAPTER_KINDS
-from omni_runtime.cli import main
+from omni_runtime.apps.cli import main
+from omni_runtime.core.adapters import ADAPTER_KINDS
+from omni_runtime.core.pipeline import EXAMPLES, example_pipeline, parse_pipeline, require_pipeline, simple_pipeline
 from omni_runtime.errors import ConfigError
-from omni_runtime.pipeline import EXAMPLES, example_pipeline, parse_pipeline, require_pipeline, simple_pipeline
 
 AR, DIFF = StageKind.AR, StageKind.DIFFUSION
 ONE = "[[stages]]\nkind = 'ar'\nfinal = true\n"  # a valid one-stage pipeline, lines 1-3

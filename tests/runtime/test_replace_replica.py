@@ -24,7 +24,7 @@ from omni_runtime import (
     RequestRefused,
     simple_pipeline,
 )
-from omni_runtime import protocol as rp
+from omni_runtime.core import protocol as rp
 from omni_runtime.runtimes.sim import SimConfig, sim_replica, sim_runtimes
 
 pytestmark = pytest.mark.covers("ORCH-INV-206")

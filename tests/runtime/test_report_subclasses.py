@@ -7,8 +7,8 @@ import pytest
 
 from omni_fsm import StageKind
 from omni_runtime import Orchestrator, Prompt, simple_pipeline
-from omni_runtime import commands as cmd
-from omni_runtime import protocol as rp
+from omni_runtime.core import commands as cmd
+from omni_runtime.core import protocol as rp
 from omni_runtime.errors import OmniRuntimeError
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from helpers import assert_drained, demo_pipeline
+from helpers import assert_drained, demo_pipeline, record_answers
 
 from omni_fsm import ControlMethod, Outcome, StageKind
 from omni_runtime import AbortAnswer, AsyncEngine, ClientMessage, Engine, Prompt, RequestRefused, simple_pipeline
@@ -42,8 +42,7 @@ def test_generate_takes_a_request_id_for_one_prompt_and_request_ids_for_a_list()
 def test_the_abort_answer_and_the_aborted_terminal_carry_the_request_id() -> None:
     pipeline = simple_pipeline([StageKind.AR], max_tokens=50)
     with Engine(pipeline, sim_runtimes(pipeline, 2)) as engine:
-        answers: list[object] = []
-        engine.host.answered = answers.append
+        answers = record_answers(engine.host)
         rid = engine.submit(Prompt(max_tokens=50), request_id="to-abort")
         assert engine.abort(rid)
         messages = list(engine.outputs(rid))

@@ -11,11 +11,12 @@ import pytest
 import omni_runtime
 from omni_fsm import StageKind
 from omni_runtime import Orchestrator, Prompt, simple_pipeline
-from omni_runtime import protocol as rp
+from omni_runtime.core import protocol as rp
 
 RUNTIMES = Path(__file__).parents[2] / "omni_runtime" / "runtimes"
 #: what a runtime must never import: the orchestrator and the drivers around it
-FORBIDDEN = ("omni_runtime.orchestrator", "omni_runtime.host", "omni_runtime.driver", "omni_runtime.sync")
+FORBIDDEN = ("omni_runtime.core.orchestrator", "omni_runtime.engines.host", "omni_runtime.engines.async_engine",
+             "omni_runtime.engines.engine")
 
 
 def test_reports_carry_no_routing_field():
@@ -72,36 +73,36 @@ def _forbidden_imports(source: str, package: str) -> list[str]:
 
 
 @pytest.mark.parametrize("source", [
-    "import omni_runtime.host",
-    "import omni_runtime.orchestrator as o",
-    "import os, omni_runtime.sync",
-    "from omni_runtime import orchestrator",
-    "from omni_runtime import protocol, host as h",
-    "from omni_runtime.driver import AsyncEngine",
-    "from omni_runtime.orchestrator import _Route",
+    "import omni_runtime.engines.host",
+    "import omni_runtime.core.orchestrator as o",
+    "import os, omni_runtime.engines.engine",
+    "from omni_runtime.core import orchestrator",
+    "from omni_runtime.engines import protocol, host as h",
+    "from omni_runtime.engines.async_engine import AsyncEngine",
+    "from omni_runtime.core.orchestrator import _Route",
     "from omni_runtime import Orchestrator",
     "from omni_runtime import Engine",
     "from omni_runtime import *",
-    "from .. import host",
-    "from ..orchestrator import Orchestrator",
-    "from ..sync import Engine",
-    "from ... import x",
-    "def f():\n    from .. import driver",
-    "import importlib\nimportlib.import_module('omni_runtime.host')",
-    "__import__('omni_runtime.orchestrator')",
+    "from ...engines import host",
+    "from ...core.orchestrator import Orchestrator",
+    "from ...engines.engine import Engine",
+    "from .... import x",
+    "def f():\n    from ...engines import async_engine",
+    "import importlib\nimportlib.import_module('omni_runtime.engines.host')",
+    "__import__('omni_runtime.core.orchestrator')",
 ])  # fmt: skip
 def test_the_import_check_catches_every_form(source):
-    assert _forbidden_imports(source, "omni_runtime.sim")
+    assert _forbidden_imports(source, "omni_runtime.runtimes.sim")
 
 
 def test_the_import_check_allows_what_runtimes_use():
     allowed = "\n".join([
-        "from omni_runtime import protocol as rp", "from omni_runtime.adapters import StageInput",
+        "from omni_runtime.core import protocol as rp", "from omni_runtime.core.adapters import StageInput",
         "from omni_runtime.runtimes.sim._base import SimReplica", "from . import ar", "from .config import SimConfig",
-        "from ..pipeline import StageSpec", "import omni_runtime.protocol", "from omni_fsm import StageKind",
+        "from ...core.pipeline import StageSpec", "import omni_runtime.core.protocol", "from omni_fsm import StageKind",
         "from omni_runtime import hosting", "import omni_runtime.synchronous",
     ])  # fmt: skip
-    assert _forbidden_imports(allowed, "omni_runtime.sim") == []
+    assert _forbidden_imports(allowed, "omni_runtime.runtimes.sim") == []
 
 
 def test_runtimes_import_no_orchestrator_or_driver():

@@ -7,14 +7,17 @@ from pathlib import Path
 
 import pytest
 
+from omni_fsm import StageKind
+from omni_runtime import registry, simple_pipeline
 from omni_runtime.errors import ConfigError
-from omni_runtime.runtime_names import DEFAULT, RUNTIMES, runtime
+from omni_runtime.registry import DEFAULT, RUNTIMES, provider
 
 PACKAGE = Path(__file__).resolve().parents[2] / "omni_runtime"
 #: the orchestrator core, its drivers, the demo's workload and command line, and the kit: none of them imports a
 #: runtime package
-CORE = ["orchestrator.py", "host.py", "sync.py", "driver.py", "runtime_names.py", "adapters.py", "protocol.py",
-        "commands.py", "pipeline.py", "text.py", "workload.py", "cli.py", "testing/__init__.py",
+CORE = ["core/orchestrator.py", "engines/host.py", "engines/engine.py", "engines/async_engine.py", "registry.py",
+        "core/adapters.py", "core/protocol.py", "core/commands.py", "core/pipeline.py", "core/text.py",
+        "apps/workload.py", "apps/cli.py", "testing/__init__.py",
         "testing/_machine.py", "testing/_checker.py", "testing/_plugin.py"]  # fmt: skip
 
 
@@ -32,13 +35,28 @@ def test_the_core_drivers_and_kit_import_no_runtime(path):
 
 def test_every_name_resolves_and_the_default_is_the_simulator():
     for name in RUNTIMES:
-        assert callable(runtime(name))
-    from omni_runtime.runtimes.sim import sim_runtimes
+        assert callable(provider(name))
+    from omni_runtime.runtimes.sim import sim_factory
 
-    assert DEFAULT == "sim" and runtime() is sim_runtimes
+    assert DEFAULT == "sim" and provider() is sim_factory
 
 
 def test_an_unknown_name_is_a_config_error_naming_the_known_ones():
-    known = "diffusers, diffusers-demo, ray, sim, sim-config, sim-kit, vllm, vllm-factory"
+    known = "diffusers, ray, sim, sim-kit, vllm, vllm-engine, vllm-scheduler"
     with pytest.raises(ConfigError, match=rf"unknown runtime 'nope' \(known: {known}\)"):
-        runtime("nope")
+        provider("nope")
+
+
+def test_a_stage_of_a_kind_the_runtime_does_not_serve_is_refused_before_any_replica_is_made():
+    pipeline = simple_pipeline([StageKind.AR, StageKind.DIFFUSION])
+    with pytest.raises(ConfigError, match=r"^stage 1 \('s1'\) is diffusion: the vllm runtime runs AR stages only$"):
+        registry.runtimes(pipeline, "vllm")
+    with pytest.raises(ConfigError, match=r"^stage 0 \('s0'\) is ar: no runtime is named for it$"):
+        registry.runtimes(pipeline, {StageKind.DIFFUSION: "sim"})
+
+
+def test_a_runtime_per_stage_kind_makes_each_stage_on_its_own():
+    pipeline = simple_pipeline([StageKind.AR, StageKind.DIFFUSION])
+    made = registry.runtimes(pipeline, {StageKind.AR: "sim", StageKind.DIFFUSION: "sim-kit"})
+    assert [type(r[0]).__name__ for r in made] == ["SimAR", "SimDiffusion"]
+    assert made[1][0].seed == 7 != made[0][0].seed  # the kit's replica, seeded 7

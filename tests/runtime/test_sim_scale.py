@@ -13,7 +13,7 @@ import pytest
 
 from omni_fsm import StageKind
 from omni_runtime import StageInput, simple_pipeline
-from omni_runtime import protocol as rp
+from omni_runtime.core import protocol as rp
 from omni_runtime.runtimes.sim import SimConfig, sim_replica
 
 

@@ -23,9 +23,9 @@ from omni_fsm.engine.core import dependent_id
 from omni_fsm.invariants import Monitor
 from omni_fsm.trace import TraceWriter
 from omni_runtime import Engine, OmniRuntimeError, Prompt, RequestRefused, simple_pipeline
-from omni_runtime import protocol as rp
-from omni_runtime.adapters import StageInput
-from omni_runtime.pipeline import Pipeline
+from omni_runtime.core import protocol as rp
+from omni_runtime.core.pipeline import Pipeline
+from omni_runtime.core.prompts import StageInput
 from omni_runtime.runtimes.sim import sim_runtimes
 
 ONE = simple_pipeline([StageKind.AR], [True], max_running=4, max_tokens=4)

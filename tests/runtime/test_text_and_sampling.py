@@ -33,11 +33,11 @@ from omni_runtime import (
     parse_pipeline,
     simple_pipeline,
 )
-from omni_runtime import commands as cmd
-from omni_runtime import protocol as rp
-from omni_runtime.adapters import ar_to_ar, companion_input, prompt_input
+from omni_runtime.core import commands as cmd
+from omni_runtime.core import protocol as rp
+from omni_runtime.core.adapters import ar_to_ar, companion_input, prompt_input
+from omni_runtime.core.text import IncrementalText, Tokenizer, stage_tokens
 from omni_runtime.runtimes.sim import sim_runtimes
-from omni_runtime.text import IncrementalText, Tokenizer, stage_tokens
 
 AR, DIFF = StageKind.AR, StageKind.DIFFUSION
 SCHEDULED = rp.Status.SCHEDULED

@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.mark.covers("AR-INV-003", "ORCH-INV-106")
 def test_an_orchestrated_trace_names_replicas_and_abort_calls_and_checks_clean(tmp_path: Path) -> None:
     trace = tmp_path / "run.jsonl"
-    subprocess.run([sys.executable, "-m", "omni_runtime.cli", str(ROOT / "examples" / "pipeline.toml"),
+    subprocess.run([sys.executable, "-m", "omni_runtime.apps.cli", str(ROOT / "examples" / "pipeline.toml"),
                     "--requests", "60", "--trace", str(trace)], check=True, capture_output=True, cwd=ROOT)  # fmt: skip
     with read_trace(trace) as reader:
         assert reader.header.version == 3

@@ -33,7 +33,7 @@ from omni_runtime import (
     Prompt,
     simple_pipeline,
 )
-from omni_runtime import protocol as rp
+from omni_runtime.core import protocol as rp
 from omni_runtime.runtimes.sim import sim_runtimes
 
 WALL_CLOCK = 10.0  #: seconds any one wait may take here before its test fails as hung

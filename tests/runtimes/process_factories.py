@@ -9,7 +9,7 @@ import time
 
 from omni_fsm import StageKind
 from omni_runtime import Engine, Prompt, simple_pipeline
-from omni_runtime.runtimes.process import ProcessRuntime
+from omni_runtime.hosting.process import ProcessRuntime
 from omni_runtime.runtimes.sim import SimAR
 
 #: the simulator with its defaults (no injected faults), as a ProcessRuntime factory name

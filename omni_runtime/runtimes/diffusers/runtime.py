@@ -23,9 +23,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from omni_fsm import ControlMethod, StopKind
-from omni_runtime import protocol as rp
-from omni_runtime.adapters import StageInput
-from omni_runtime.pipeline import StageSpec
+from omni_runtime.core import protocol as rp
+from omni_runtime.core.pipeline import StageSpec
+from omni_runtime.core.prompts import StageInput
 from omni_runtime.runtimes.diffusers._denoise import Decoding, Denoiser, Sample
 from omni_runtime.runtimes.diffusers._request import ImageRequest, RequestDefaults, image_request
 

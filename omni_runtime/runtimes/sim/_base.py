@@ -8,11 +8,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from omni_fsm import ControlMethod
-from omni_runtime import protocol as rp
-from omni_runtime.adapters import StageInput
-from omni_runtime.pipeline import StageSpec
+from omni_runtime.core import protocol as rp
+from omni_runtime.core.pipeline import StageSpec
+from omni_runtime.core.prompts import StageInput
+from omni_runtime.core.text import IncrementalText, Tokenizer, stage_tokens
 from omni_runtime.runtimes.sim.config import SimConfig
-from omni_runtime.text import IncrementalText, Tokenizer, stage_tokens
 
 
 def request_rng(seed: int, stage: int, req_id: int) -> random.Random:

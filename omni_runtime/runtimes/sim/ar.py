@@ -6,10 +6,10 @@ import random
 from typing import Any
 
 from omni_fsm import StopKind
-from omni_runtime import protocol as rp
+from omni_runtime.core import protocol as rp
+from omni_runtime.core.text import IncrementalText
 from omni_runtime.runtimes.sim._base import SimReplica, SimRequest
 from omni_runtime.runtimes.sim.text import VOCAB, SimTokenizer
-from omni_runtime.text import IncrementalText
 
 _S = rp.Status
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import zlib
 
 from omni_fsm import StopKind
-from omni_runtime import protocol as rp
+from omni_runtime.core import protocol as rp
 from omni_runtime.runtimes.sim._base import SimReplica, SimRequest
 
 

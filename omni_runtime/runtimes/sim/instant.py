@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from omni_fsm import ControlMethod, StageKind
-from omni_runtime import protocol as rp
-from omni_runtime.adapters import StageInput
-from omni_runtime.pipeline import StageSpec
+from omni_runtime.core import protocol as rp
+from omni_runtime.core.pipeline import StageSpec
+from omni_runtime.core.prompts import StageInput
 
 _SCHEDULED = rp.Status.SCHEDULED
 _TOKENS = (7,)

@@ -12,11 +12,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 from omni_fsm import StageKind
-from omni_runtime.adapters import StageInput
+from omni_runtime.core.pipeline import Pipeline, StageSpec
+from omni_runtime.core.prompts import StageInput
+from omni_runtime.core.protocol import RuntimeFactory
 from omni_runtime.errors import ConfigError
-from omni_runtime.pipeline import Pipeline, StageSpec
-from omni_runtime.protocol import RuntimeFactory
-from omni_runtime.runtimes.process import ProcessRuntime, process_factory, process_runtimes
+from omni_runtime.hosting.process import ProcessRuntime, process_factory, process_runtimes
 from omni_runtime.runtimes.vllm._config import SchedulerOptions, build_scheduler
 from omni_runtime.runtimes.vllm._plan import RequestPlan, plan_for
 from omni_runtime.runtimes.vllm.scheduler import VllmSchedulerRuntime, reports_for_moves
@@ -85,42 +85,67 @@ ENGINE_ENV = {
 }  # fmt: skip
 
 
-def vllm_factory(model_dir: str | None = None) -> RuntimeFactory[ProcessRuntime]:
-    """Return the runtime factory of a real vLLM engine per replica of an AR stage, each in a process of its own
-    (``engine_factory`` on ``model_dir``, default: the tiny Llama, built once): for a pipeline whose other stages
-    run elsewhere (``diffusers_runtimes(pipeline, ar_runtime="vllm")``). ``ENGINE_ENV`` is set where not set."""
+def _model(model_dir: str | None) -> str:
+    """Return ``model_dir`` (``None``: the tiny Llama, built once), ``ENGINE_ENV`` set where not set; ``ConfigError``
+    when it holds no model."""
     for key, value in ENGINE_ENV.items():
         os.environ.setdefault(key, value)
     model = model_dir if model_dir is not None else str(tiny_model_dir())
     if not (Path(model) / "config.json").is_file():
         raise ConfigError(f"{model}: no model there (config.json missing)")
-    made = process_factory("omni_runtime.runtimes.vllm:engine_factory", model)
+    return model
+
+
+def _ar_only(spec: StageSpec, stage: int) -> None:
+    if spec.kind is not StageKind.AR:
+        raise ConfigError(f"stage {stage} ({spec.name!r}) is {spec.kind.value}: the vllm runtime runs AR stages only")
+
+
+def vllm_factory(model_dir: str | None = None) -> RuntimeFactory[ProcessRuntime]:
+    """Return the runtime factory of a real vLLM engine per replica of an AR stage, each in a process of its own
+    (the registry's ``vllm-engine`` on ``model_dir``, default: the tiny Llama, built once): the registry's ``vllm``.
+    ``ENGINE_ENV`` is set where not set."""
+    made = process_factory("vllm-engine", model_dir=_model(model_dir))
 
     def factory(spec: StageSpec, stage: int, replica: int, rpc_fails: bool = False) -> ProcessRuntime:
-        if spec.kind is not StageKind.AR:
-            raise ConfigError(f"stage {stage} ({spec.name!r}) is {spec.kind.value}: the vllm runtime runs AR stages "
-                              "only")  # fmt: skip
+        _ar_only(spec, stage)
         return made(spec, stage, replica, rpc_fails)
 
     return factory
+
+
+def vllm_engine_factory(model_dir: str | None = None) -> RuntimeFactory[VllmSchedulerRuntime]:
+    """Return the runtime factory of a real vLLM engine over ``model_dir`` (default: the tiny Llama) in the caller's
+    process, one per process (``engine_factory``; with ``rpc_fails``, the kit's ``engine_kit_factory``): the
+    registry's ``vllm-engine``, what a child process or a Ray actor runs."""
+    model = _model(model_dir)
+
+    def factory(spec: StageSpec, stage: int, replica: int, rpc_fails: bool = False) -> VllmSchedulerRuntime:
+        _ar_only(spec, stage)
+        if rpc_fails:
+            return engine_kit_factory(model)(spec, stage, replica, True)
+        return engine_factory(spec, stage, replica, model)
+
+    return factory
+
+
+def vllm_scheduler_factory() -> RuntimeFactory[VllmSchedulerRuntime]:
+    """Return ``scheduler_factory`` (``ENGINE_ENV`` set where not set): the registry's ``vllm-scheduler``."""
+    for key, value in ENGINE_ENV.items():
+        os.environ.setdefault(key, value)
+    return scheduler_factory
 
 
 def vllm_runtimes(pipeline: Pipeline, model_dir: str | None = None) -> list[list[ProcessRuntime]]:
     """Return a real vLLM engine per replica of every stage, each in a process of its own (``engine_factory`` on
     ``model_dir``, default: the tiny Llama, built once); ``ENGINE_ENV`` is set for them where not set already.
     Raises ``ConfigError`` for a stage that is not AR."""
-    for key, value in ENGINE_ENV.items():
-        os.environ.setdefault(key, value)
     for i, spec in enumerate(pipeline.stages):
-        if spec.kind is not StageKind.AR:
-            raise ConfigError(f"stage {i} ({spec.name!r}) is {spec.kind.value}: the vllm runtime runs AR stages only")
-    model = model_dir if model_dir is not None else str(tiny_model_dir())
-    if not (Path(model) / "config.json").is_file():
-        raise ConfigError(f"{model}: no model there (config.json missing)")
-    return process_runtimes(pipeline, "omni_runtime.runtimes.vllm:engine_factory", model)
+        _ar_only(spec, i)
+    return process_runtimes(pipeline, "omni_runtime.runtimes.vllm:engine_factory", _model(model_dir))
 
 
 __all__ = ["ENGINE_ENV", "RequestPlan", "SchedulerOptions", "VllmSchedulerRuntime", "build_scheduler",
            "build_tiny_llama", "engine_factory", "engine_kit_factory", "plan_for", "reports_for_moves",
-           "scheduler_factory", "tiny_model_dir", "vllm_factory", "vllm_runtimes",
-           "write_tiny_llama_config"]  # fmt: skip
+           "scheduler_factory", "tiny_model_dir", "vllm_engine_factory", "vllm_factory", "vllm_runtimes",
+           "vllm_scheduler_factory", "write_tiny_llama_config"]  # fmt: skip

@@ -23,15 +23,15 @@ from vllm.sampling_params import SamplingParams, StructuredOutputsParams
 from vllm.v1.request import Request, RequestStatus
 
 from omni_fsm import ControlMethod, StopKind
-from omni_runtime import protocol as rp
-from omni_runtime.adapters import Sampling, StageInput
-from omni_runtime.pipeline import StageSpec
+from omni_runtime.core import protocol as rp
+from omni_runtime.core.pipeline import StageSpec
+from omni_runtime.core.prompts import Sampling, StageInput
+from omni_runtime.core.text import IncrementalText, stage_tokens
 from omni_runtime.runtimes.vllm._config import SchedulerOptions, free_blocks
 from omni_runtime.runtimes.vllm._engine import CoreEngine, StandInEngine
 from omni_runtime.runtimes.vllm._observe import ObservedRequest
 from omni_runtime.runtimes.vllm._plan import RequestPlan, plan_for
 from omni_runtime.runtimes.vllm._standin import compile_grammar, grammar_future
-from omni_runtime.text import IncrementalText, stage_tokens
 
 RS = RequestStatus
 S = rp.Status

@@ -34,11 +34,11 @@ import torch
 from vllm.v1.core.sched.output import SchedulerOutput
 from vllm.v1.outputs import ModelRunnerOutput
 
-from omni_runtime import protocol as rp
-from omni_runtime.adapters import StageInput
+from omni_runtime.core import protocol as rp
+from omni_runtime.core.pipeline import Pipeline, StageSpec
+from omni_runtime.core.prompts import StageInput
 from omni_runtime.errors import ConfigError
-from omni_runtime.pipeline import Pipeline, StageSpec
-from omni_runtime.runtimes.process import ProcessRuntime, process_runtimes
+from omni_runtime.hosting.process import ProcessRuntime, process_runtimes
 from omni_runtime.runtimes.vllm._config import SchedulerOptions
 from omni_runtime.runtimes.vllm._engine import CoreEngine
 from omni_runtime.runtimes.vllm._plan import RequestPlan

@@ -18,8 +18,8 @@ import attrs
 from omni_fsm import SPEC, Outcome, Spec, StageKind
 from omni_fsm.invariants import Violation, check_history
 from omni_runtime import Engine, Prompt, Sampling, simple_pipeline
-from omni_runtime import protocol as rp
-from omni_runtime.commands import ClientMessage
+from omni_runtime.core import protocol as rp
+from omni_runtime.core.commands import ClientMessage
 from omni_runtime.runtimes.diffusers import diffusers_runtimes
 
 STEPS = 3  #: denoising steps of the diffusion stage: faults go before the first, between, and before the last

@@ -8,9 +8,9 @@ from typing import Any
 import attrs
 
 from omni_fsm import ControlMethod, StageKind
-from omni_runtime import protocol as rp
-from omni_runtime.adapters import Sampling, StageInput
-from omni_runtime.pipeline import StageSpec
+from omni_runtime.core import protocol as rp
+from omni_runtime.core.pipeline import StageSpec
+from omni_runtime.core.prompts import Sampling, StageInput
 from omni_runtime.runtimes.diffusers import (
     WORDS,
     Denoiser,

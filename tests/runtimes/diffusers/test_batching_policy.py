@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from omni_runtime import protocol as rp
+from omni_runtime.core import protocol as rp
 from omni_runtime.runtimes.diffusers import DiffusersOptions
 from tests.runtimes.diffusers.drive import Ask, Driven, stage
 

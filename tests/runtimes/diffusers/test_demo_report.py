@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from omni_fsm.cli import main as cli_main
+from omni_runtime.apps.text2image import DemoRun, main, run_demo
 from omni_runtime.runtimes.diffusers.report import png_bytes
-from omni_runtime.text2image import DemoRun, main, run_demo
 from tests.browser import Opened, chromium
 
 

@@ -6,15 +6,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from omni_fsm import Outcome
-from omni_runtime import Engine, Prompt
-from omni_runtime.pipeline import example_pipeline, load_pipeline
-from omni_runtime.runtime_names import runtime
+from omni_fsm import Outcome, StageKind
+from omni_runtime import Engine, Prompt, registry
+from omni_runtime.core.pipeline import example_pipeline, load_pipeline
 
 
 def test_the_example_diffusion_pipeline_runs_end_to_end_on_the_engine(stock_image):
     pipeline = load_pipeline(example_pipeline("diffusion_pipeline"))
-    runtimes = runtime("diffusers")(pipeline)
+    runtimes = registry.runtimes(pipeline, {StageKind.AR: "sim", StageKind.DIFFUSION: "diffusers"})
     image_stage = runtimes[1][0]
     engine = Engine(pipeline, runtimes)
     prompts = [Prompt(text=f"request {i}", height=16, width=16, negative="dark" if i % 2 else None) for i in range(6)]
@@ -40,7 +39,7 @@ def test_the_clients_seed_reaches_the_diffusion_stage_through_the_ar_to_diffusio
     from omni_runtime import Sampling
 
     pipeline = load_pipeline(example_pipeline("diffusion_pipeline"))
-    engine = Engine(pipeline, runtime("diffusers")(pipeline))
+    engine = Engine(pipeline, registry.runtimes(pipeline, {StageKind.AR: "sim", StageKind.DIFFUSION: "diffusers"}))
 
     def prompt(seed: int) -> Prompt:
         return Prompt(text="a red square", height=16, width=16, sampling=Sampling(seed=seed))

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from omni_runtime import protocol as rp
+from omni_runtime.core import protocol as rp
 from omni_runtime.runtimes.diffusers import default_device
 from tests.runtimes.diffusers.drive import Ask, Driven, stage
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from omni_fsm import ControlMethod
-from omni_runtime import protocol as rp
+from omni_runtime.core import protocol as rp
 from omni_runtime.runtimes.diffusers._denoise import Decoding
 from tests.runtimes.diffusers.drive import Ask, Driven, stage
 

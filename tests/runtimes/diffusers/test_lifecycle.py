@@ -9,10 +9,10 @@ import pytest
 import torch
 
 from omni_fsm import ControlMethod, StageKind, StopKind
-from omni_runtime import protocol as rp
-from omni_runtime.adapters import StageInput
+from omni_runtime.core import protocol as rp
+from omni_runtime.core.pipeline import StageSpec
+from omni_runtime.core.prompts import StageInput
 from omni_runtime.errors import ConfigError
-from omni_runtime.pipeline import StageSpec
 from omni_runtime.runtimes.diffusers import WORDS, Denoiser, build_pipeline, diffusers_factory, make_denoiser
 from tests.runtimes.diffusers.drive import Ask, Driven, stage
 

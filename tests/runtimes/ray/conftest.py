@@ -14,7 +14,7 @@ HEAD, WORKER = {"stage0": 1, "stage1": 1}, {"stage1": 1}
 def cluster():
     if importlib.util.find_spec("ray") is None:  # the modules say what to install (require), before this runs
         pytest.fail("ray is not installed")
-    from omni_runtime.runtimes.ray.local import start_cluster, stop_cluster
+    from omni_runtime.hosting.ray.local import start_cluster, stop_cluster
 
     started = start_cluster([HEAD, WORKER])
     yield started

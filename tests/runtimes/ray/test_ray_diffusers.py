@@ -15,8 +15,8 @@ import numpy as np  # noqa: E402
 
 from omni_fsm import Outcome, StageKind  # noqa: E402
 from omni_runtime import Engine, Pipeline, Prompt, Sampling, StageSpec  # noqa: E402
+from omni_runtime.hosting.ray import RayRuntime, actor_factory  # noqa: E402
 from omni_runtime.runtimes.diffusers import diffusers_runtimes  # noqa: E402
-from omni_runtime.runtimes.ray import RayRuntime, actor_factory  # noqa: E402
 from omni_runtime.runtimes.sim import sim_replica  # noqa: E402
 from omni_runtime.testing import check_runtime  # noqa: E402
 

@@ -20,9 +20,9 @@ from omni_fsm import observations as ob  # noqa: E402
 from omni_fsm.cli import main as omni_fsm  # noqa: E402
 from omni_fsm.trace.jsonl import TraceWriter  # noqa: E402
 from omni_runtime import Engine, Pipeline, Prompt, StageInput, StageSpec  # noqa: E402
-from omni_runtime import protocol as rp  # noqa: E402
+from omni_runtime.core import protocol as rp  # noqa: E402
 from omni_runtime.errors import ConfigError  # noqa: E402
-from omni_runtime.runtimes.ray import RayRuntime, ray_kit_factory  # noqa: E402
+from omni_runtime.hosting.ray import RayRuntime, ray_kit_factory  # noqa: E402
 from omni_runtime.testing import check_runtime  # noqa: E402
 
 pytestmark = pytest.mark.covers("ORCH-INV-206", "ORCH-INV-300")
@@ -43,7 +43,8 @@ def two_stages(talker_tokens: int) -> Pipeline:
 
 
 def paced(pipeline: Pipeline) -> list[list[Recorded]]:
-    return [[Recorded(spec, stage, replica, False, 0, STEP_S, runtime="sim") for replica in range(spec.replicas)]
+    sim = {"seed": 0, "step_s": STEP_S}
+    return [[Recorded(spec, stage, replica, False, runtime="sim", options=sim) for replica in range(spec.replicas)]
             for stage, spec in enumerate(pipeline.stages)]  # fmt: skip
 
 

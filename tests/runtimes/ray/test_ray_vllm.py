@@ -15,7 +15,7 @@ from omni_fsm import Outcome, StageKind  # noqa: E402
 from omni_fsm.cli import main as omni_fsm  # noqa: E402
 from omni_fsm.trace.jsonl import TraceWriter  # noqa: E402
 from omni_runtime import Engine, Pipeline, Prompt, StageSpec  # noqa: E402
-from omni_runtime.runtimes.ray import actor_factory, ray_runtimes  # noqa: E402
+from omni_runtime.hosting.ray import actor_factory, ray_runtimes  # noqa: E402
 from omni_runtime.testing import check_runtime  # noqa: E402
 
 pytestmark = pytest.mark.covers("ORCH-INV-101", "ORCH-INV-202", "ORCH-INV-209")

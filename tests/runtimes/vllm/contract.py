@@ -25,10 +25,10 @@ from omni_fsm import observations as ob
 from omni_fsm.invariants import Monitor
 from omni_fsm.invariants import upstream as up
 from omni_runtime import Prompt, simple_pipeline
-from omni_runtime.commands import ClientMessage
-from omni_runtime.protocol import AbortResult
+from omni_runtime.core.commands import ClientMessage
+from omni_runtime.core.protocol import AbortResult
+from omni_runtime.engines.engine import Engine
 from omni_runtime.runtimes.vllm import RequestPlan, SchedulerOptions, VllmSchedulerRuntime
-from omni_runtime.sync import Engine
 
 RS = RequestStatus
 
@@ -230,7 +230,7 @@ class _Run:
     def add(self, op: Add) -> None:
         self.queue.append(op.plan)
         prompt = Prompt(_prompt_tokens(len(self.messages), op), max_tokens=op.plan.max_tokens)
-        rid = self.engine.host.orchestrator._next_rid
+        rid = self.engine.host.orchestrator.next_rid
         self.messages[rid] = []
         assert self.engine.host.submit(prompt, listener=self._listener) == rid
 

@@ -23,7 +23,7 @@ def main(model: str, mode: str) -> dict:
     from vllm.v1.request import RequestStatus
 
     from omni_fsm import ControlMethod, StageKind
-    from omni_runtime import protocol as rp
+    from omni_runtime.core import protocol as rp
     from omni_runtime.runtimes.vllm import VllmSchedulerRuntime, engine_kit_factory
     from omni_runtime.testing import check_runtime
 

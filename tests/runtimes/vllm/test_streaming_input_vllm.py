@@ -27,7 +27,7 @@ from omni_fsm import observations as ob  # noqa: E402
 from omni_fsm.invariants import Monitor  # noqa: E402
 from omni_fsm.trace import TraceWriter  # noqa: E402
 from omni_runtime import Engine, Prompt, RequestRefused, simple_pipeline  # noqa: E402
-from omni_runtime.pipeline import Pipeline  # noqa: E402
+from omni_runtime.core.pipeline import Pipeline  # noqa: E402
 from omni_runtime.runtimes.vllm import RequestPlan, SchedulerOptions, VllmSchedulerRuntime  # noqa: E402
 
 ONE = simple_pipeline([StageKind.AR], [True], max_running=2)

@@ -19,7 +19,8 @@ import torch  # noqa: E402
 
 from omni_fsm import Outcome  # noqa: E402
 from omni_runtime import Engine, Prompt, example_pipeline, load_pipeline  # noqa: E402
-from omni_runtime.adapters import StageInput, ar_hidden_to_embeds, ar_tokens_to_ar  # noqa: E402
+from omni_runtime.core.adapters import ar_hidden_to_embeds, ar_tokens_to_ar  # noqa: E402
+from omni_runtime.core.prompts import StageInput  # noqa: E402
 from omni_runtime.runtimes.vllm.omni_scheduler import SCHEDULER_CLS  # noqa: E402
 from omni_runtime.runtimes.vllm.thinker_talker import payload_runtimes, stage_engine_args  # noqa: E402
 

@@ -17,7 +17,6 @@ and traceback, and no report follows it.
 
 from __future__ import annotations
 
-import importlib
 import os
 import threading
 import traceback
@@ -25,7 +24,8 @@ from typing import Any
 
 import attrs
 
-from omni_runtime import protocol as rp
+from omni_runtime.core import protocol as rp
+from omni_runtime.registry import hosted
 
 #: how long one ``poll`` waits for news before it answers with an empty batch (seconds)
 POLL_S = 1.0
@@ -44,19 +44,15 @@ class Batch:
     trace: str | None = None  #: that exception's traceback
 
 
-def load(target: str) -> Any:
-    """Return the callable named ``package.module:callable``."""
-    module, _, name = target.partition(":")
-    return getattr(importlib.import_module(module), name)
-
-
 class ReplicaServer:
-    """One replica's runtime, ``factory(spec, stage, replica, rpc_fails, *args)``, and the thread that steps it."""
+    """One replica's runtime, ``factory(spec, stage, replica, rpc_fails, *args)`` (``factory``: a runtime of the
+    registry, made here with ``options``, or ``package.module:factory``), and the thread that steps it."""
 
-    def __init__(self, factory: str, spec: Any, stage: int, replica: int, rpc_fails: bool, *args: Any) -> None:
+    def __init__(self, factory: str, options: dict[str, Any], spec: Any, stage: int, replica: int, rpc_fails: bool,
+                 *args: Any) -> None:  # fmt: skip
         made: list[rp.Report] = []
         self._made = made  #: reports the runtime made since the stepping thread last published them
-        self.runtime = load(factory)(spec, stage, replica, rpc_fails, *args)
+        self.runtime = hosted(factory, options)(spec, stage, replica, rpc_fails, *args)
         self.runtime.bind(made.append)
         self._cond = threading.Condition()
         self._inbox: dict[int, tuple[str, tuple[Any, ...]]] = {}  #: commands not applied yet, by number

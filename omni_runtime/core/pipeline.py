@@ -20,7 +20,8 @@ import attrs
 from omni_fsm import StageKind
 from omni_fsm.errors import MalformedInput
 from omni_fsm.registry import toml_lines  # public: both packages find TOML lines one way
-from omni_runtime.adapters import ADAPTER_KINDS, INPUT_ADAPTERS, SAMPLING_FIELDS, Sampling
+from omni_runtime.core.adapters import ADAPTER_KINDS, INPUT_ADAPTERS
+from omni_runtime.core.prompts import SAMPLING_FIELDS, Sampling
 from omni_runtime.errors import ConfigError, PipelineError
 
 _STAGE_FIELDS: dict[str, type] = {"name": str, "kind": StageKind, "final": bool, "replicas": int, "max_running": int,
@@ -31,7 +32,7 @@ _MINIMUM = {"replicas": 1, "max_running": 1, "max_tokens": 1, "steps": 1, "capac
 _MAXIMUM = {"replicas": 1024}  #: a replica is a runtime made at start: more would only exhaust memory
 _TYPE_WORDS = {str: "a string", bool: "true or false", int: "an integer", StageKind: "a StageKind",
                dict: "a table of sampling parameters ([stages.sampling])"}  # fmt: skip
-#: ``[stages.placement]``: where a stage's replicas run, for a runtime that places them (``omni_runtime.runtimes.ray``):
+#: ``[stages.placement]``: where a stage's replicas run, for a runtime that places them (``omni_runtime.hosting.ray``):
 #: the runtime each replica runs, CPUs and GPUs, custom resources (``{name = amount}``), a node (IP or node id)
 PLACEMENT_FIELDS: dict[str, type | tuple[type, ...]] = {"runtime": str, "num_cpus": (int, float),
                                                         "num_gpus": (int, float), "resources": dict, "node": str}
@@ -168,6 +169,15 @@ class Pipeline:
     def slots(self) -> int:
         """Return the lifecycle's capacity: declared, or twice the largest stage's running slots."""
         return self.capacity or 2 * max(s.replicas * s.max_running for s in self.stages)
+
+
+def custom_resources(pipeline: Pipeline) -> dict[str, float]:
+    """Return the custom resources every replica of ``pipeline`` asks for together (its ``[stages.placement]``)."""
+    needs: dict[str, float] = {}
+    for spec in pipeline.stages:
+        for name, amount in dict(dict(spec.placement).get("resources", ())).items():
+            needs[name] = needs.get(name, 0.0) + float(amount) * spec.replicas
+    return needs
 
 
 def fitting_adapters(upstream: StageKind | None, kind: StageKind) -> list[str]:

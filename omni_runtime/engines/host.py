@@ -2,7 +2,8 @@
 
 No asyncio: the synchronous engine and both asyncio loops share it. Each runtime's sink stamps
 its own stage and replica and buffers the report; the drivers decide when the orchestrator
-takes reports (pushed: event-driven; polled: the polling loop and the synchronous engine).
+takes reports (pushed: event-driven; polled: the polling loop and the synchronous engine). What the host tells
+its driver is one declared interface, ``HostDriver`` (``host_driver.py``), given when the host is made.
 
 When the engine dies (``EngineChanged(DEAD)``) the host shuts the system down by itself, once the
 commands already queued (the fatal terminals among them) are carried out: the orchestrator stops,
@@ -22,12 +23,14 @@ from collections.abc import Callable, Sequence
 import attrs
 
 from omni_fsm import SPEC, ControlMethod, EngineState, Outcome, Spec
-from omni_runtime import commands as cmd
-from omni_runtime import protocol as rp
-from omni_runtime.adapters import Prompt
+from omni_runtime.core import commands as cmd
+from omni_runtime.core import protocol as rp
+from omni_runtime.core.orchestrator import Orchestrator
+from omni_runtime.core.pipeline import Pipeline, require_pipeline
+from omni_runtime.core.prompts import Prompt
+from omni_runtime.core.translation import StepHook
+from omni_runtime.engines.host_driver import HostDriver, Pumped
 from omni_runtime.errors import ConfigError, EngineNotRunning, OmniRuntimeError, RequestRefused
-from omni_runtime.orchestrator import Orchestrator, StepHook
-from omni_runtime.pipeline import Pipeline, require_pipeline
 
 Listener = Callable[[cmd.ClientMessage], None]
 
@@ -43,7 +46,8 @@ class Host:
     LISTENER_ERRORS_KEPT = 8  #: listener errors kept (with their tracebacks) until reported; the rest are counted
 
     def __init__(self, pipeline: Pipeline, runtimes: Sequence[Sequence[rp.StageRuntime]], *, spec: Spec = SPEC,
-                 on_step: StepHook | None = None, max_buffered: int | None = 10_000) -> None:  # fmt: skip
+                 on_step: StepHook | None = None, max_buffered: int | None = 10_000,
+                 driver: HostDriver | None = None) -> None:  # fmt: skip
         pipeline = require_pipeline(pipeline, "Host")
         if max_buffered is not None and (not isinstance(max_buffered, int) or isinstance(max_buffered, bool)
                                          or max_buffered < 1):  # fmt: skip
@@ -64,11 +68,7 @@ class Host:
         self.orchestrator_stopped = False
         self.runtimes_stopped = False
         self.history: list[str] = []  #: shutdown order, for tests: 'orchestrator stopped', 'runtime s/r shut down'
-        self.notify: Callable[[int, int], None] = lambda stage, replica: None  #: a report was buffered
-        self.wake: Callable[[int, int], None] = lambda stage, replica: None  #: a runtime was given work
-        self.answered: Callable[[cmd.Command], None] = lambda answer: None
-        self.mailed: Callable[[int], None] = lambda rid: None  #: a message for ``rid`` landed in its mailbox
-        self.stop_runtimes: Callable[[], None] = self.shutdown_runtimes
+        self.driver: HostDriver = driver if driver is not None else Pumped()  #: what this host tells (one, for good)
         self.pending: deque[cmd.Command] = deque()
         self.reports_taken = 0  #: reports handed to the orchestrator (the drivers' watchdogs measure progress by it)
         self.runtimes_busy = False  #: whether a runtime said it has work left in the last ``pump``
@@ -91,9 +91,11 @@ class Host:
         """Return the sink of the runtime at ``stage``/``replica`` (a replaced one's keeps filling a buffer nobody
         reads: its late reports go nowhere)."""
 
+        buffered = self.driver.report_buffered
+
         def sink(report: rp.Report) -> None:
             buffer.append(report)
-            self.notify(stage, replica)
+            buffered(stage, replica)
 
         return sink
 
@@ -224,7 +226,7 @@ class Host:
         except Exception as exc:  # outside code, and gone already: noted, not raised
             self.history.append(f"runtime {stage}/{replica} (lost) raised in shutdown: {type(exc).__name__}: {exc}")
         self.history.append(f"runtime {stage}/{replica} replaced")
-        self.wake(stage, replica)
+        self.driver.work_given(stage, replica)
 
     def shutdown(self) -> None:
         """Shut the orchestrator down (every open request gets its terminal), then the runtimes; idempotent.
@@ -240,10 +242,9 @@ class Host:
 
     def take_hook_error(self) -> OmniRuntimeError | None:
         """Return an error naming what the ``on_step`` hook raised (the engine died of it), once; else ``None``."""
-        exc = self.orchestrator.hook_error
+        exc = self.orchestrator.take_hook_error()
         if exc is None:
             return None
-        self.orchestrator.hook_error = None
         error = OmniRuntimeError(f"the on_step hook raised {type(exc).__name__}: {exc}; every open request ended "
                                  f"as fatal")  # fmt: skip
         error.__cause__ = exc
@@ -358,14 +359,14 @@ class Host:
                     runtime.control(c.call_id, c.method, c.level, c.tags)  # type: ignore[attr-defined]
             except Exception as exc:  # a runtime is outside code: its failure is answered, not propagated
                 self.execute(self.orchestrator.runtime_raised(c, f"{type(exc).__name__}: {exc}"))
-            self.wake(c.stage, c.replica)  # type: ignore[attr-defined]
+            self.driver.work_given(c.stage, c.replica)  # type: ignore[attr-defined]
         elif kind is cmd.AbortAnswer or kind is cmd.RpcAnswer:
             if c.call_id in self._unclaimed:  # type: ignore[attr-defined]
                 self._unclaimed.discard(c.call_id)  # type: ignore[attr-defined]
             else:  # kept for the caller that waits for it
                 answers = self.abort_answers if kind is cmd.AbortAnswer else self.rpc_answers
                 answers[c.call_id] = c  # type: ignore[attr-defined,assignment]
-            self.answered(c)
+            self.driver.answered(c)
         elif kind is cmd.EngineChanged:
             self.engine_state = c.state  # type: ignore[attr-defined]
             if c.state is EngineState.DEAD and not self.orchestrator_stopped:  # type: ignore[attr-defined]
@@ -381,10 +382,10 @@ class Host:
 
     def _stop_runtimes(self) -> None:
         if not self._stopping_by_itself:
-            self.stop_runtimes()
+            self.driver.stop_runtimes(self)
             return
         try:
-            self.stop_runtimes()
+            self.driver.stop_runtimes(self)
         except OmniRuntimeError as exc:  # nobody called: kept for ``shutdown()`` to raise
             self.deferred_error = exc
 
@@ -411,7 +412,7 @@ class Host:
                 self._consumer_stalled(message.rid, len(box))
                 return
             box.append(message)
-            self.mailed(message.rid)
+            self.driver.mailed(message.rid)
 
     def _consumer_stalled(self, rid: int, held: int) -> None:
         _log.warning("request %d: its consumer stalled (%d messages unread); the request is aborted", rid, held)

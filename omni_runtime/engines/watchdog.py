@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from omni_runtime.errors import ConfigError, NoProgress
 
 if TYPE_CHECKING:
-    from omni_runtime.orchestrator import Orchestrator
+    from omni_runtime.core.orchestrator import Orchestrator
 
 
 class Watchdog:

@@ -8,7 +8,7 @@ from typing import Any
 import attrs
 
 from omni_fsm import ControlMethod, EngineState, Outcome
-from omni_runtime.adapters import StageInput
+from omni_runtime.core.prompts import StageInput
 
 
 @attrs.frozen(slots=True)

@@ -1,23 +1,18 @@
 """A Ray cluster of several nodes on this one machine (``ray.cluster_utils.Cluster``): for the tests, the benchmark
-and ``make demo RUNTIME=ray``. Real hosts join a cluster with ``ray start`` instead (``docs/scale-out.md``).
-
-``python -m omni_runtime.runtimes.ray.local [--nodes N] PIPELINE.toml [omni-run options]`` starts ``N`` nodes
-(default 2), each with the custom resources the pipeline's placements ask for (enough for its share of every
-stage's replicas), and runs ``omni-run`` on it with every replica in an actor (``ray_factory``).
+and ``make demo RUNTIME=ray`` (``python -m omni_runtime.apps.ray_local``). Real hosts join a cluster with ``ray start``
+instead (``docs/scale-out.md``).
 """
 
 from __future__ import annotations
 
 import logging
 import math
-import sys
 from collections.abc import Sequence
-from typing import Any
 
 import ray
 from ray.cluster_utils import Cluster
 
-from omni_runtime.pipeline import Pipeline, load_pipeline
+from omni_runtime.core.pipeline import Pipeline
 
 
 def start_cluster(nodes: Sequence[dict[str, float]], num_cpus: int = 1) -> Cluster:
@@ -45,27 +40,3 @@ def nodes_for(pipeline: Pipeline, nodes: int = 2) -> list[dict[str, float]]:
         for name, amount in dict(dict(spec.placement).get("resources", ())).items():
             share[name] = share.get(name, 0.0) + float(amount) * math.ceil(spec.replicas / nodes)
     return [dict(share) for _ in range(nodes)]
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run ``omni-run`` on a local cluster of ``--nodes`` nodes; return its exit code."""
-    from omni_runtime.cli import main as omni_run
-
-    args = list(sys.argv[1:] if argv is None else argv)
-    count = 2
-    if args[:1] == ["--nodes"]:
-        count, args = int(args[1]), args[2:]
-    pipeline = next((a for a in args if a.endswith(".toml")), None)
-    if pipeline is None:
-        print("usage: python -m omni_runtime.runtimes.ray.local [--nodes N] PIPELINE.toml [omni-run options]",
-              file=sys.stderr)  # fmt: skip
-        return 2
-    cluster: Any = start_cluster(nodes_for(load_pipeline(pipeline), count))
-    try:
-        return omni_run([*args, "--runtime", "omni_runtime.runtimes.ray:ray_factory"])
-    finally:
-        stop_cluster(cluster)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

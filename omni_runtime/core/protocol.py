@@ -19,15 +19,15 @@ engine. How to write a runtime: ``docs/runtime.md``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
 import attrs
 
-from omni_fsm import ControlMethod, IdentityHashedEnum, StopKind
-from omni_runtime.adapters import StageInput
+from omni_fsm import ControlMethod, IdentityHashedEnum, StageKind, StopKind
+from omni_runtime.core.pipeline import Pipeline, StageSpec
+from omni_runtime.core.prompts import StageInput
 from omni_runtime.errors import ConfigError
-from omni_runtime.pipeline import Pipeline, StageSpec
 
 
 @attrs.frozen(slots=True)
@@ -207,6 +207,19 @@ def build_runtimes(pipeline: Pipeline, factory: RuntimeFactory[_R]) -> list[list
             _require_runtime(runtime, f"factory(<stage {stage} {spec.name!r}>, {stage}, {replica}, False)", "made")
             made[-1].append(runtime)
     return made
+
+
+def by_kind(factories: Mapping[StageKind, RuntimeFactory[_R]]) -> RuntimeFactory[_R]:
+    """Return the factory that makes each replica with the factory of its stage's kind (``ConfigError`` for a kind
+    none of them serves): a pipeline whose AR and diffusion stages run on different runtimes."""
+
+    def factory(spec: StageSpec, stage: int, replica: int, rpc_fails: bool = False) -> _R:
+        made = factories.get(spec.kind)
+        if made is None:
+            raise ConfigError(f"stage {stage} ({spec.name!r}) is {spec.kind.value}: no runtime is given for it")
+        return made(spec, stage, replica, rpc_fails)
+
+    return factory
 
 
 def check_runtimes(pipeline: Pipeline, runtimes: object) -> None:

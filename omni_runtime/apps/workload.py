@@ -22,12 +22,12 @@ from omni_fsm import events as ev
 from omni_fsm import observations as ob
 from omni_fsm.invariants import CHECKS, Monitor
 from omni_fsm.trace import TraceWriter
-from omni_runtime.adapters import Prompt, Sampling
-from omni_runtime.driver import EVENT, POLL, AsyncEngine
+from omni_runtime import registry
+from omni_runtime.core.pipeline import Pipeline, require_pipeline
+from omni_runtime.core.prompts import Prompt, Sampling
+from omni_runtime.core.protocol import StageRuntime
+from omni_runtime.engines.async_engine import EVENT, POLL, AsyncEngine
 from omni_runtime.errors import ConfigError, OptionError, RpcError
-from omni_runtime.pipeline import Pipeline, require_pipeline
-from omni_runtime.protocol import StageRuntime
-from omni_runtime.runtime_names import runtime
 
 
 def _integer(value: Any) -> bool:
@@ -146,10 +146,18 @@ def replica_deaths(pipeline: Pipeline, options: WorkloadOptions) -> tuple[tuple[
     return tuple(slots[:deaths])
 
 
-def sim_config(pipeline: Pipeline, options: WorkloadOptions) -> Any:
-    """Return the simulator's faults for the demo (a ``SimConfig``): every fault at the rate, ``replica_deaths``."""
-    config = runtime("sim-config")
-    return config(options.fault_rate, replica_deaths(pipeline, options))
+@attrs.frozen
+class SimSettings:
+    """The simulator's settings for the demo, its ``sim`` options: every fault (report-stream faults included) at
+    ``fault_rate``; the replicas that die, (stage, replica, at step)."""
+
+    fault_rate: float
+    replica_deaths: tuple[tuple[int, int, int], ...]
+
+
+def sim_config(pipeline: Pipeline, options: WorkloadOptions) -> SimSettings:
+    """Return the simulator's settings for the demo: every fault at the rate, ``replica_deaths``."""
+    return SimSettings(options.fault_rate, replica_deaths(pipeline, options))
 
 
 async def run_demo(pipeline: Pipeline, options: WorkloadOptions, trace_path: str,
@@ -178,7 +186,9 @@ async def run_demo(pipeline: Pipeline, options: WorkloadOptions, trace_path: str
     deaths = replica_deaths(pipeline, options)
     real = runtimes is not None
     if runtimes is None:
-        runtimes = runtime("sim")(pipeline, options.seed, sim_config(pipeline, options))
+        settings = sim_config(pipeline, options)
+        runtimes = registry.runtimes(pipeline, "sim", seed=options.seed, fault_rate=settings.fault_rate,
+                                     replica_deaths=settings.replica_deaths)  # fmt: skip
     to_kill = [(s, r) for s, r, _ in deaths] if real else []
     report = DemoReport(pipeline.name, options.requests)
     unwritten: list[OSError] = []  #: the trace's write error, if one came

@@ -42,15 +42,17 @@ from ray.exceptions import GetTimeoutError, RayActorError, RayError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from omni_fsm import ControlMethod
-from omni_runtime import protocol as rp
-from omni_runtime.adapters import StageInput
+from omni_runtime.core import protocol as rp
+from omni_runtime.core.pipeline import Pipeline, StageSpec, custom_resources
+from omni_runtime.core.prompts import StageInput
 from omni_runtime.errors import ConfigError, OmniRuntimeError
-from omni_runtime.pipeline import Pipeline, StageSpec
-from omni_runtime.runtimes.ray._actor import Batch, ReplicaServer
-from omni_runtime.runtimes.ray._inner import DEFAULT, INNER, target
+from omni_runtime.hosting.ray._actor import Batch, ReplicaServer
+from omni_runtime.registry import DEFAULT, RUNTIMES
 
 #: calls one actor runs at once: the commands and the poll (its runtime is stepped by its own thread)
 MAX_CONCURRENCY = 4
+#: the runtimes ``model_dir`` is given to (a real vLLM engine)
+_TAKES_MODEL = ("vllm", "vllm-engine")
 #: a node id, as ``[stages.placement] node`` may name one (else it is the node's IP address)
 _NODE_ID_CHARS = 56
 
@@ -70,15 +72,6 @@ def connect(resources: Mapping[str, float] | None = None) -> None:
         address = os.environ.get("RAY_ADDRESS") or None
         ray.init(address=address, resources=None if address else dict(resources or {}), include_dashboard=False,
                  logging_level=logging.WARNING, log_to_driver=False)  # fmt: skip
-
-
-def custom_resources(pipeline: Pipeline) -> dict[str, float]:
-    """Return the custom resources every replica of ``pipeline`` asks for together (its ``[stages.placement]``)."""
-    needs: dict[str, float] = {}
-    for spec in pipeline.stages:
-        for name, amount in dict(dict(spec.placement).get("resources", ())).items():
-            needs[name] = needs.get(name, 0.0) + float(amount) * spec.replicas
-    return needs
 
 
 def actor_options(spec: StageSpec) -> dict[str, Any]:
@@ -122,22 +115,24 @@ _hooked: list[bool] = []
 
 
 class RayRuntime:
-    """One stage replica run by ``runtime(spec, stage, replica, rpc_fails, *args)`` in a Ray actor (see the module).
+    """One stage replica in a Ray actor (see the module): the runtime the registry names ``runtime``, made there with
+    ``options``, or ``package.module:factory``'s ``factory(spec, stage, replica, rpc_fails, *args)``.
 
-    ``runtime``: a name of ``INNER`` or ``package.module:factory`` (``None``: the stage placement's, else the
+    ``runtime``: ``None`` names the stage placement's (``[stages.placement] runtime``), else the
     simulator). ``wait_s``: how long ``step()`` waits for a batch while the actor owes one; ``ready_timeout``: how
     long ``bind`` waits for the actor to start and build its runtime; ``stop_timeout``: how long ``shutdown()`` waits
     for the runtime's ``shutdown()`` before the actor is killed.
     """
 
     def __init__(self, spec: StageSpec, stage: int, replica: int, rpc_fails: bool = False, *args: Any,
-                 runtime: str | None = None, wait_s: float = 0.005, ready_timeout: float = 600.0,
-                 stop_timeout: float = 5.0) -> None:  # fmt: skip
+                 runtime: str | None = None, options: Mapping[str, Any] | None = None, wait_s: float = 0.005,
+                 ready_timeout: float = 600.0, stop_timeout: float = 5.0) -> None:  # fmt: skip
         name = runtime if runtime is not None else dict(spec.placement).get("runtime", DEFAULT)
-        try:
-            self.factory = target(name)
-        except ValueError as exc:
-            raise ConfigError(f"stage {stage} ({spec.name!r}): {exc}") from None
+        module, _, attribute = name.partition(":")
+        if name not in RUNTIMES and not (module and attribute):
+            raise ConfigError(f"stage {stage} ({spec.name!r}): unknown runtime {name!r} (known: "
+                              f"{', '.join(sorted(RUNTIMES))}, or package.module:factory)")  # fmt: skip
+        self.factory, self.runtime_options = name, dict(options or {})
         connect()
         self.options = actor_options(spec)
         if not _fits(self.options):
@@ -146,7 +141,7 @@ class RayRuntime:
         self.spec, self.stage, self.replica, self.rpc_fails, self.args = spec, stage, replica, rpc_fails, args
         self.wait_s, self.ready_timeout, self.stop_timeout = wait_s, ready_timeout, stop_timeout
         self._actor = _Server.options(max_concurrency=MAX_CONCURRENCY, **self.options).remote(
-            self.factory, spec, stage, replica, rpc_fails, *args)  # fmt: skip
+            self.factory, self.runtime_options, spec, stage, replica, rpc_fails, *args)  # fmt: skip
         _track(self, self._actor)
         self._ready = self._actor.where.remote()
         self._sink: rp.ReportSink | None = None
@@ -162,6 +157,7 @@ class RayRuntime:
     def replacement(self) -> RayRuntime:
         """Return a new replica for this one's stage and replica number (to be bound), placed as this one was."""
         return RayRuntime(self.spec, self.stage, self.replica, self.rpc_fails, *self.args, runtime=self.factory,
+                          options=self.runtime_options,
                           wait_s=self.wait_s, ready_timeout=self.ready_timeout,
                           stop_timeout=self.stop_timeout)  # fmt: skip
 
@@ -283,12 +279,19 @@ def ray_factory(spec: StageSpec, stage: int, replica: int, rpc_fails: bool = Fal
     return RayRuntime(spec, stage, replica, rpc_fails)
 
 
-def actor_factory(runtime: str) -> rp.RuntimeFactory[RayRuntime]:
-    """Return the runtime factory that runs ``runtime`` (a name of ``INNER`` or ``package.module:factory``) in a Ray
-    actor per replica, whatever the stage placement names (``check_runtime(actor_factory("diffusers"))``)."""
+def actor_factory(runtime: str | None = None, *, model_dir: str | None = None,
+                  resources: Mapping[str, float] | None = None) -> rp.RuntimeFactory[RayRuntime]:
+    """Return the runtime factory of a ``RayRuntime`` per replica running ``runtime`` (a name of the registry or
+    ``package.module:factory``; ``None``: the one its stage placement names, else the simulator): the registry's
+    ``ray``. ``model_dir``: the model of the replicas that run ``vllm`` (default: the tiny Llama); ``resources``:
+    join the cluster now, one started here offering these custom resources (``connect``)."""
+    if resources is not None:
+        connect(resources)
 
     def factory(spec: StageSpec, stage: int, replica: int, rpc_fails: bool = False) -> RayRuntime:
-        return RayRuntime(spec, stage, replica, rpc_fails, runtime=runtime)
+        name = runtime if runtime is not None else dict(spec.placement).get("runtime", DEFAULT)
+        options = {"model_dir": model_dir} if model_dir is not None and name in _TAKES_MODEL else {}
+        return RayRuntime(spec, stage, replica, rpc_fails, runtime=name, options=options)
 
     return factory
 
@@ -303,13 +306,7 @@ def ray_runtimes(pipeline: Pipeline, model_dir: str | None = None) -> list[list[
     of the stages whose placement runs ``vllm`` (default: the tiny Llama). With no cluster set (``RAY_ADDRESS``) and
     none joined, a local one-node Ray starts with the custom resources the placements ask for (``omni-run --runtime
     ray``)."""
-    connect(custom_resources(pipeline))
-
-    def made(spec: StageSpec, stage: int, replica: int, rpc_fails: bool = False) -> RayRuntime:
-        vllm = dict(spec.placement).get("runtime") == "vllm"
-        return RayRuntime(spec, stage, replica, rpc_fails, *((model_dir,) if vllm and model_dir else ()))
-
-    return rp.build_runtimes(pipeline, made)
+    return rp.build_runtimes(pipeline, actor_factory(model_dir=model_dir, resources=custom_resources(pipeline)))
 
 
 def shutdown_all() -> None:
@@ -341,5 +338,5 @@ def _first_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[0] if text else ''}"
 
 
-__all__ = ["INNER", "RayRaised", "RayRuntime", "actor_factory", "actor_options", "connect", "custom_resources",
+__all__ = ["RayRaised", "RayRuntime", "actor_factory", "actor_options", "connect", "custom_resources",
            "ray_factory", "ray_kit_factory", "ray_runtimes", "shutdown_all"]  # fmt: skip

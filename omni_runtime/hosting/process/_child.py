@@ -9,7 +9,6 @@ group, and the parent decides what an interrupt means.
 from __future__ import annotations
 
 import ctypes
-import importlib
 import logging
 import os
 import signal
@@ -19,8 +18,9 @@ from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any
 
-from omni_runtime import protocol as rp
-from omni_runtime.runtimes.process import _wire as w
+from omni_runtime.core import protocol as rp
+from omni_runtime.hosting.process import _wire as w
+from omni_runtime.registry import hosted
 
 _log = logging.getLogger("omni_runtime")
 _PR_SET_PDEATHSIG = 1  #: from <linux/prctl.h>
@@ -46,11 +46,10 @@ def die_with_parent(parent_pid: int) -> None:
         os._exit(1)
 
 
-def build(factory: str, args: tuple[Any, ...]) -> rp.StageRuntime:
-    """Return the runtime ``factory(*args)`` makes, ``factory`` naming ``package.module:callable``."""
-    module, _, name = factory.partition(":")
-    make = getattr(importlib.import_module(module), name)
-    runtime: rp.StageRuntime = make(*args)
+def build(factory: str, args: tuple[Any, ...], options: dict[str, Any]) -> rp.StageRuntime:
+    """Return the runtime ``factory(*args)`` makes, ``factory`` naming ``package.module:callable`` or a runtime of the
+    registry (its factory made with ``options``)."""
+    runtime: rp.StageRuntime = hosted(factory, options)(*args)
     return runtime
 
 
@@ -60,13 +59,13 @@ def _feed(runtime: Any, c: w.FeedInput) -> None:
     runtime.feed_input(c.req_id, c.part, c.last)
 
 
-def serve(conn: Connection, parent_pid: int, factory: str, args: tuple[Any, ...]) -> None:
+def serve(conn: Connection, parent_pid: int, factory: str, args: tuple[Any, ...], options: dict[str, Any]) -> None:
     """The child's main function: answer the parent's commands until ``Shutdown`` or end-of-file."""
     die_with_parent(parent_pid)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     reports: list[rp.Report] = []
     try:
-        runtime = build(factory, args)
+        runtime = build(factory, args, options)
         runtime.bind(reports.append)
     except Exception as exc:  # the parent raises it from bind(); nothing to serve
         conn.send(w.Reply(-1, error=f"cannot build {factory}: {w.describe(exc)}", trace=traceback.format_exc()))

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
-from omni_runtime.adapters import StageInput
+from omni_runtime.core.prompts import StageInput
 
 
 @runtime_checkable

@@ -13,8 +13,8 @@ from typing import Any
 import attrs
 
 from omni_fsm import ControlMethod
-from omni_runtime import protocol as rp
-from omni_runtime.adapters import StageInput
+from omni_runtime.core import protocol as rp
+from omni_runtime.core.prompts import StageInput
 
 
 @attrs.frozen(slots=True)

@@ -1,4 +1,4 @@
-"""``python -m omni_runtime.text2image --out DIR --requests N``: the text-to-image pipeline
+"""``python -m omni_runtime.apps.text2image --out DIR --requests N``: the text-to-image pipeline
 (``examples/diffusion_pipeline.toml``: an AR stage on the simulator, each request with a CFG companion, a diffusion
 stage on diffusers' tiny pipeline) through the Engine, a few requests aborted at random moments and one asking for
 a size the pipeline refuses (it fails alone). Writes ``DIR/trace.jsonl`` (check it with ``omni-fsm check``), each
@@ -17,15 +17,17 @@ from typing import Any
 
 import attrs
 
+from omni_fsm import StageKind
 from omni_fsm import events as ev
 from omni_fsm import observations as ob
 from omni_fsm.invariants import Monitor
 from omni_fsm.trace import TraceWriter
-from omni_runtime.adapters import Prompt, Sampling
-from omni_runtime.commands import ClientMessage
-from omni_runtime.pipeline import example_pipeline, load_pipeline
-from omni_runtime.runtime_names import runtime
-from omni_runtime.sync import Engine
+from omni_runtime import registry
+from omni_runtime.core.commands import ClientMessage
+from omni_runtime.core.pipeline import example_pipeline, load_pipeline
+from omni_runtime.core.prompts import Prompt, Sampling
+from omni_runtime.engines.engine import Engine
+from omni_runtime.runtimes.diffusers import demo_kit
 
 
 @attrs.frozen
@@ -54,7 +56,7 @@ def run_demo(out: Path, requests: int = 12, seed: int = 0, abort_every: int = 3)
     """Run the demo into ``out``; return what it made. Every ``abort_every``-th request (from the 2nd) is aborted
     at a random round while it runs."""
     out.mkdir(parents=True, exist_ok=True)
-    kit = runtime("diffusers-demo")()  # the diffusers package, by name: this driver imports no runtime
+    kit = demo_kit()
     kit.torch_threads(1)
     rng = random.Random(seed)
     pipeline = load_pipeline(example_pipeline("diffusion_pipeline"))
@@ -72,7 +74,8 @@ def run_demo(out: Path, requests: int = 12, seed: int = 0, abort_every: int = 3)
                 if isinstance(o, ob.Forwarded):
                     forwarded.setdefault(o.rid, time.perf_counter() - start)
 
-        engine = Engine(pipeline, runtime("diffusers")(pipeline), on_step=on_step)
+        runtimes = registry.runtimes(pipeline, {StageKind.AR: "sim", StageKind.DIFFUSION: "diffusers"})
+        engine = Engine(pipeline, runtimes, on_step=on_step)
         asks = _workload(requests, rng, kit.words)
         boxes: list[list[ClientMessage]] = [[] for _ in asks]
         ended = [0.0 for _ in asks]
@@ -127,7 +130,7 @@ def run_demo(out: Path, requests: int = 12, seed: int = 0, abort_every: int = 3)
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the demo from the command line; return 0, or 1 when the monitor found a violation."""
-    parser = argparse.ArgumentParser(prog="python -m omni_runtime.text2image", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m omni_runtime.apps.text2image", description=__doc__)
     parser.add_argument("--out", type=Path, default=Path("out/text2image"), help="directory for the outputs")
     parser.add_argument("--requests", type=int, default=12, help="requests to submit (default 12)")
     parser.add_argument("--seed", type=int, default=0, help="the workload's seed (prompts, seeds, aborts)")

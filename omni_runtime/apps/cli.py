@@ -16,13 +16,15 @@ import time
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, NoReturn
 
+from omni_fsm import StageKind
 from omni_fsm.cli.interrupt import interruptible
-from omni_runtime.driver import EVENT, POLL
+from omni_runtime import registry
+from omni_runtime.apps.workload import DemoReport, WorkloadOptions, replica_deaths, run_demo
+from omni_runtime.core.pipeline import Pipeline, custom_resources, example_pipeline, load_pipeline
+from omni_runtime.core.protocol import RuntimeFactory, StageRuntime, build_runtimes
+from omni_runtime.engines.async_engine import EVENT, POLL
 from omni_runtime.errors import ConfigError, OmniRuntimeError, OptionError, PipelineError
-from omni_runtime.pipeline import Pipeline, example_pipeline, load_pipeline
-from omni_runtime.protocol import RuntimeFactory, StageRuntime, build_runtimes
-from omni_runtime.runtime_names import load_factory, runtime
-from omni_runtime.workload import DemoReport, WorkloadOptions, replica_deaths, run_demo
+from omni_runtime.registry import load_factory
 
 RUNTIMES = ("sim", "vllm", "diffusers", "ray")
 #: runtime -> the packaged example pipeline ``omni-run`` runs when given none (a factory's: the simulator's)
@@ -145,9 +147,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             if factory is not None:
                 runtimes = _built(pipeline, args.runtime, factory)
             elif args.runtime == "diffusers":  # diffusion stages on diffusers, AR stages on the simulator
-                runtimes = runtime(args.runtime)(pipeline)
-            elif args.runtime != "sim":
-                runtimes = runtime(args.runtime)(pipeline, model_dir=args.model)
+                runtimes = registry.runtimes(pipeline, {StageKind.AR: "sim", StageKind.DIFFUSION: "diffusers"})
+            elif args.runtime == "vllm":
+                runtimes = registry.runtimes(pipeline, "vllm", model_dir=args.model)
+            elif args.runtime == "ray":  # a local Ray, when none is set, offers what the placements ask for
+                runtimes = registry.runtimes(pipeline, "ray", resources=custom_resources(pipeline))
         except (OmniRuntimeError, OSError) as exc:
             print(f"omni-run: {exc}", file=sys.stderr)
             return 2

@@ -13,7 +13,7 @@ from typing import Any
 import attrs
 
 from omni_fsm import Outcome, StageKind
-from omni_runtime.commands import ClientMessage
+from omni_runtime.core.commands import ClientMessage
 from omni_runtime.errors import RequestRefused
 
 

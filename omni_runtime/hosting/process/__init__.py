@@ -2,8 +2,9 @@
 
 ``ProcessRuntime("package.module:factory", *args)`` starts a child (``multiprocessing``, the
 "spawn" start method: no parent state leaks into it) that builds ``factory(*args)`` and binds it
-to a sink that collects reports. Every protocol call is one command over a pipe and one reply:
-the reports that call produced, in order (the parent hands them to its sink), and the call's
+to a sink that collects reports; ``ProcessRuntime(name, spec, stage, replica, options=...)`` runs the runtime
+the registry names (``omni_runtime.registry``), made with ``options``. Every protocol call is one command over a
+pipe and one reply: the reports that call produced, in order (the parent hands them to its sink), and the call's
 result or the text of its exception. Nothing runs in the parent between calls.
 
 What the parent sees:
@@ -37,18 +38,19 @@ import multiprocessing
 import os
 import time
 import weakref
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from typing import Any
 
 from omni_fsm import ControlMethod
-from omni_runtime import protocol as rp
-from omni_runtime.adapters import StageInput
+from omni_runtime.core import protocol as rp
+from omni_runtime.core.pipeline import Pipeline, StageSpec
+from omni_runtime.core.prompts import StageInput
 from omni_runtime.errors import ConfigError, OmniRuntimeError
-from omni_runtime.pipeline import Pipeline, StageSpec
-from omni_runtime.runtimes.process import _wire as w
-from omni_runtime.runtimes.process._child import serve
+from omni_runtime.hosting.process import _wire as w
+from omni_runtime.hosting.process._child import serve
+from omni_runtime.registry import RUNTIMES
 
 #: how often a wait for a reply checks that the child still runs (seconds)
 _POLL_S = 0.5
@@ -68,21 +70,24 @@ class _ChildGone(Exception):
 
 
 class ProcessRuntime:
-    """One stage replica run by ``factory(*args)`` in a child process (see the module's docstring).
+    """One stage replica run by ``factory(*args)`` in a child process (see the module's docstring); ``factory`` is
+    ``package.module:callable`` or a runtime the registry names (its factory made with ``options``).
 
     ``stop_timeout``: how long ``shutdown()`` waits for the child to stop its runtime and exit before
     it is terminated, then killed.
     """
 
-    def __init__(self, factory: str, *args: Any, stop_timeout: float = 5.0) -> None:
+    def __init__(self, factory: str, *args: Any, options: Mapping[str, Any] | None = None,
+                 stop_timeout: float = 5.0) -> None:  # fmt: skip
         module, _, name = factory.partition(":") if isinstance(factory, str) else ("", "", "")
-        if not module or not name:
-            raise ConfigError(f"ProcessRuntime wants a factory named package.module:callable, got {factory!r}")
+        if (not module or not name) and factory not in RUNTIMES:
+            raise ConfigError(f"ProcessRuntime wants a factory named package.module:callable or a runtime of the "
+                              f"registry ({', '.join(sorted(RUNTIMES))}), got {factory!r}")  # fmt: skip
         self.factory, self.stop_timeout = factory, stop_timeout
         context = multiprocessing.get_context("spawn")
         self._conn, child_end = context.Pipe(duplex=True)
         # not daemonic: a daemonic process may not start processes of its own (an engine's workers)
-        self._process = context.Process(target=serve, args=(child_end, os.getpid(), factory, args),
+        self._process = context.Process(target=serve, args=(child_end, os.getpid(), factory, args, dict(options or {})),
                                         name=f"omni-runtime[{factory}]", daemon=False)  # fmt: skip
         self._process.start()
         child_end.close()  # only the child holds its end: its death is end-of-file here
@@ -213,11 +218,15 @@ class ProcessRuntime:
             self._sink(rp.ReplicaDied())
 
 
-def process_factory(factory: str, *args: Any) -> rp.RuntimeFactory[ProcessRuntime]:
+def process_factory(factory: str, *args: Any, **options: Any) -> rp.RuntimeFactory[ProcessRuntime]:
     """Return the runtime factory of ``ProcessRuntime(factory, spec, stage, replica, *args)``: each replica
-    ``factory``'s in a child process. ``ConfigError`` for ``rpc_fails``: ``args`` are the child factory's own."""
+    ``factory``'s in a child process. ``factory`` a runtime the registry names: each replica its factory's, made with
+    ``options``, given ``rpc_fails`` too. ``ConfigError`` for ``rpc_fails`` otherwise: ``args`` are the child
+    factory's own."""
 
     def made(spec: StageSpec, stage: int, replica: int, rpc_fails: bool = False) -> ProcessRuntime:
+        if factory in RUNTIMES:
+            return ProcessRuntime(factory, spec, stage, replica, rpc_fails, options=options)
         if rpc_fails:
             raise ConfigError(f"process_factory({factory!r}) passes its own arguments, not rpc_fails")
         return ProcessRuntime(factory, spec, stage, replica, *args)

@@ -9,7 +9,7 @@ tasks and shuts the runtimes down without waiting for ``shutdown()``, which stay
 raises what went wrong (the loop's failure, a failed shutdown, an ``on_step`` hook or listeners that
 raised).
 
-No wait goes on without end: both loops count the synchronous engine's rounds (``omni_runtime.watchdog``)
+No wait goes on without end: both loops count the synchronous engine's rounds (``omni_runtime.engines.watchdog``)
 while a reader or an abort or control call waits, and fail those waits with ``NoProgress`` past
 ``max_idle_rounds`` idle rounds (or ``max_silent_rounds`` busy, silent ones, when set). The polling loop's
 rounds are its pumps; the event-driven loop, once every runtime is idle and every report taken, runs such
@@ -27,17 +27,17 @@ from collections.abc import AsyncGenerator, Coroutine, Sequence
 from typing import Any, cast, overload
 
 from omni_fsm import SPEC, ControlMethod, Spec
-from omni_runtime import commands as cmd
-from omni_runtime import protocol as rp
-from omni_runtime.adapters import Prompt
-from omni_runtime.commands import ClientMessage
+from omni_runtime import registry
+from omni_runtime.core import commands as cmd
+from omni_runtime.core import protocol as rp
+from omni_runtime.core.commands import ClientMessage
+from omni_runtime.core.pipeline import Pipeline, require_pipeline
+from omni_runtime.core.prompts import Prompt
+from omni_runtime.core.results import RequestResult, as_batch, request_result
+from omni_runtime.core.translation import StepHook
+from omni_runtime.engines.host import Host, Listener
+from omni_runtime.engines.watchdog import Watchdog, no_progress
 from omni_runtime.errors import ConfigError, EngineNotRunning, NoProgress, OmniRuntimeError, RpcError
-from omni_runtime.host import Host, Listener
-from omni_runtime.orchestrator import StepHook
-from omni_runtime.pipeline import Pipeline, require_pipeline
-from omni_runtime.results import RequestResult, as_batch, request_result
-from omni_runtime.runtime_names import runtime
-from omni_runtime.watchdog import Watchdog, no_progress
 
 EVENT, POLL = "event", "poll"
 _log = logging.getLogger("omni_runtime")
@@ -60,29 +60,28 @@ class AsyncEngine:
             raise ConfigError(f"loop must be {EVENT!r} or {POLL!r}, not {loop!r}")
         self._watchdog = Watchdog(max_idle_rounds, max_silent_rounds)
         if runtimes is None:  # the default runtime, by name: the driver imports none
-            runtimes = runtime()(pipeline, seed)
-        self.host = Host(pipeline, runtimes, spec=spec, on_step=on_step, max_buffered=max_buffered)
+            runtimes = registry.runtimes(pipeline, seed=seed)
         self.mode, self.poll_interval = loop, poll_interval
         self.max_silent_rounds = max_silent_rounds
         self._blocked: set[int] = set()  #: readers waiting for a message now
         self._reader_errors: dict[int, NoProgress] = {}  #: a blocked reader's reason to give up
         self._quiet: asyncio.Event | None = None  #: event-driven loop: every runtime idle, every report taken
         self._ready: deque[tuple[int, int]] = deque()  #: event-driven loop: (stage, replica) of each buffered report
+        self._signal: asyncio.Event | None = None  #: event-driven loop, once started: set when a report is buffered
+        self._work: asyncio.Event | None = None  #: polling loop, once started: set when a runtime is given work
         self._wakes: list[list[asyncio.Event]] = []  #: event-driven loop: set when a runtime is given work
         self._parked = 0  #: event-driven loop: replica loops waiting for work
-        self._replicas = sum(len(r) for r in self.host.runtimes)
         self._cause = ""  #: why the loop failed, for the readers it strands
         self._tasks: list[asyncio.Task[None]] = []
         self._orchestrator_task: asyncio.Task[None] | None = None
         self._waiters: dict[tuple[type, int], asyncio.Future[cmd.Command]] = {}
         self._readers: dict[int, asyncio.Event] = {}  #: request id -> set when its mailbox gets a message
-        self.host.answered = self._answered
-        self.host.mailed = self._mailed
         self.loop_error: Exception | None = None  #: what made the orchestrator loop fail (raised by shutdown)
         self._failures: list[tuple[str, BaseException]] = []  #: other failures shutdown() raises: (text, cause)
         self._shut = False
         self._closing: asyncio.Task[None] | None = None  #: ends the loops, then the runtimes (once)
-        self.host.stop_runtimes = self._orchestrator_stopped  # deferred: the loop must stop first
+        self.host = Host(pipeline, runtimes, spec=spec, on_step=on_step, max_buffered=max_buffered, driver=self)
+        self._replicas = sum(len(r) for r in self.host.runtimes)
 
     # -- lifecycle of the loops -------------------------------------------------------------------
 
@@ -99,29 +98,14 @@ class AsyncEngine:
             return
         self._idle = asyncio.Event()
         self._idle.set()
-        self._work = asyncio.Event()
-        watchdog = self._watchdog
         if self.mode == EVENT:
             ready = self._ready = deque(  # (stage, replica) of each buffered report, in order
                 (stage, replica) for stage, replicas in enumerate(self.host.buffers)
                 for replica, buffer in enumerate(replicas) for _ in buffer)  # fmt: skip
-            signal = asyncio.Event()
+            signal = self._signal = asyncio.Event()
             if ready:
                 signal.set()
-
-            def notify(stage: int, replica: int) -> None:
-                ready.append((stage, replica))
-                if len(ready) == 1:  # the first report since the loop drained: wake it (once)
-                    signal.set()
-
-            self.host.notify = notify
             wakes = self._wakes = [[asyncio.Event() for _ in r] for r in self.host.runtimes]
-
-            def wake(stage: int, replica: int) -> None:
-                wakes[stage][replica].set()
-                watchdog.reset()
-
-            self.host.wake = wake
             self._quiet = asyncio.Event()
             self._orchestrator_task = asyncio.create_task(self._event_loop(ready, signal))
             for stage, replicas in enumerate(self.host.runtimes):
@@ -129,12 +113,7 @@ class AsyncEngine:
                     self._tasks.append(asyncio.create_task(self._replica_loop(stage, replica, wakes[stage][replica])))
             self._tasks.append(asyncio.create_task(self._idle_rounds(self._quiet)))
         else:
-
-            def work(stage: int, replica: int) -> None:
-                self._work.set()
-                watchdog.reset()
-
-            self.host.wake = work
+            self._work = asyncio.Event()
             self._orchestrator_task = asyncio.create_task(self._poll_loop())
         self._tasks.append(self._orchestrator_task)
 
@@ -241,9 +220,10 @@ class AsyncEngine:
             self._crashed(exc)
 
     async def _poll_loop_body(self) -> None:
-        host, watchdog, loop = self.host, self._watchdog, asyncio.get_running_loop()
+        host, watchdog, loop, work = self.host, self._watchdog, asyncio.get_running_loop(), self._work
+        assert work is not None  # made by start() before this loop
         while True:
-            self._work.clear()
+            work.clear()
             before = host.progress()
             moved = host.pump()
             if (self._waiters or self._blocked) and self._counted_waits():
@@ -256,9 +236,9 @@ class AsyncEngine:
                 await asyncio.sleep(0)
             else:  # until a runtime is given work or the interval ends (not ``wait_for``: on 3.11 it can swallow
                 # the cancellation that ends this loop when both come at once)
-                timer = loop.call_later(self.poll_interval, self._work.set)
+                timer = loop.call_later(self.poll_interval, work.set)
                 try:
-                    await self._work.wait()
+                    await work.wait()
                 finally:
                     timer.cancel()
 
@@ -275,7 +255,41 @@ class AsyncEngine:
         if not self.host.runtimes_stopped:  # nothing will run the loops again: end them, and every wait with them
             self._closing_task()
 
-    def _orchestrator_stopped(self) -> None:
+    # -- what the host tells this driver (``HostDriver``) -------------------------------------------------
+
+    def report_buffered(self, stage: int, replica: int) -> None:
+        """Event-driven loop: queue the report's position; the first since the loop drained wakes it (once)."""
+        signal = self._signal
+        if signal is not None:
+            ready = self._ready
+            ready.append((stage, replica))
+            if len(ready) == 1:
+                signal.set()
+
+    def work_given(self, stage: int, replica: int) -> None:
+        """Wake the loop that steps the runtime (its replica loop, or the polling loop); the wait count starts
+        afresh."""
+        if self._signal is not None:
+            self._wakes[stage][replica].set()
+        elif self._work is not None:
+            self._work.set()
+        else:  # not started: the loops look when they start
+            return
+        self._watchdog.reset()
+
+    def mailed(self, rid: int) -> None:
+        """Wake the reader of ``rid``, if one waits."""
+        arrived = self._readers.get(rid)
+        if arrived is not None:
+            arrived.set()
+
+    def answered(self, answer: cmd.Command) -> None:
+        """Hand ``answer`` to the caller waiting for it, if one does."""
+        future = self._waiters.get((answer.__class__, answer.call_id))  # type: ignore[attr-defined]
+        if future is not None and not future.done():
+            future.set_result(answer)
+
+    def stop_runtimes(self, host: Host) -> None:
         """The host's ``StopRuntimes``: end the loops and the runtimes now (``shutdown()`` waits for that)."""
         with contextlib.suppress(RuntimeError):  # no event loop runs: shutdown() will do it
             self._closing_task()
@@ -447,11 +461,6 @@ class AsyncEngine:
         cause = self._cause or self.host.orchestrator.death
         return f" ({cause})" if cause else ""
 
-    def _mailed(self, rid: int) -> None:
-        arrived = self._readers.get(rid)
-        if arrived is not None:
-            arrived.set()
-
     def replace_replica(self, stage: int, replica: int, runtime: rp.StageRuntime) -> None:
         """Put ``runtime`` (not bound yet) in the place of ``replica`` of ``stage``, a replica that was lost (its
         requests ended with it); call it in the engine's event loop. Its replica loop steps it from now on. Raises
@@ -506,8 +515,3 @@ class AsyncEngine:
             if not future.done() or future.cancelled() or future.exception() is not None:  # nobody keeps the answer
                 self.host.unclaim(call)
             answers.pop(call, None)
-
-    def _answered(self, answer: cmd.Command) -> None:
-        future = self._waiters.get((answer.__class__, answer.call_id))  # type: ignore[attr-defined]
-        if future is not None and not future.done():
-            future.set_result(answer)

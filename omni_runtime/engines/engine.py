@@ -12,7 +12,7 @@ rounds in which every runtime was idle and nothing was reported that the orchest
 runtime that keeps saying it is busy but reports nothing (a scheduler deadlock, B4) is caught by
 ``max_silent_rounds``, when set: off by default, because a runtime may legitimately work a long time
 between reports (a diffusion sample of many steps, a wait for remote KV blocks). See
-``omni_runtime.watchdog``: the asyncio driver counts the same rounds.
+``omni_runtime.engines.watchdog``: the asyncio driver counts the same rounds.
 """
 
 from __future__ import annotations
@@ -21,16 +21,16 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any, cast, overload
 
 from omni_fsm import SPEC, ControlMethod, Spec
-from omni_runtime import protocol as rp
-from omni_runtime.adapters import Prompt
-from omni_runtime.commands import ClientMessage
+from omni_runtime import registry
+from omni_runtime.core import protocol as rp
+from omni_runtime.core.commands import ClientMessage
+from omni_runtime.core.pipeline import Pipeline, require_pipeline
+from omni_runtime.core.prompts import Prompt
+from omni_runtime.core.results import RequestResult, as_batch, request_result
+from omni_runtime.core.translation import StepHook
+from omni_runtime.engines.host import Host, Listener
+from omni_runtime.engines.watchdog import Watchdog, no_progress
 from omni_runtime.errors import OmniRuntimeError, RpcError
-from omni_runtime.host import Host, Listener
-from omni_runtime.orchestrator import StepHook
-from omni_runtime.pipeline import Pipeline, require_pipeline
-from omni_runtime.results import RequestResult, as_batch, request_result
-from omni_runtime.runtime_names import runtime
-from omni_runtime.watchdog import Watchdog, no_progress
 
 
 class Engine:
@@ -49,7 +49,7 @@ class Engine:
         pipeline = require_pipeline(pipeline, "Engine")
         Watchdog(max_idle_rounds, max_silent_rounds)  # checks the bounds before anything starts
         if runtimes is None:  # the default runtime, by name: the driver imports none
-            runtimes = runtime()(pipeline, seed)
+            runtimes = registry.runtimes(pipeline, seed=seed)
         self.host = Host(pipeline, runtimes, spec=spec, on_step=on_step, max_buffered=max_buffered)
         self.max_idle_rounds = max_idle_rounds
         self.max_silent_rounds = max_silent_rounds
@@ -213,7 +213,7 @@ class Engine:
             raise
 
     def _pump_until(self, done: Callable[[], bool]) -> None:
-        """Pump until ``done()``; raise ``NoProgress`` when the watchdog gives up (``omni_runtime.watchdog``)."""
+        """Pump until ``done()``; raise ``NoProgress`` when the watchdog gives up (``engines/watchdog.py``)."""
         host, watchdog = self.host, Watchdog(self.max_idle_rounds, self.max_silent_rounds)
         while not done():
             before = host.progress()
