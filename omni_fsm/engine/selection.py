@@ -38,9 +38,15 @@ def candidates(rows: tuple[Row, ...], guards: Mapping[str, Guard]) -> dict[type,
 def first_holding(rows: tuple[Candidate, ...], subject: Any, event: Any, engine: Engine) -> Row | None:
     """Return the first candidate row whose ``when`` guards all hold and whose ``unless`` guards all fail."""
     for when, unless, row in rows:
-        if all(guard(subject, event, engine) for guard in when) and not any(
-                guard(subject, event, engine) for guard in unless):
-            return row
+        for guard in when:
+            if not guard(subject, event, engine):
+                break  # a ``when`` guard fails: the next candidate
+        else:
+            for guard in unless:
+                if guard(subject, event, engine):
+                    break  # an ``unless`` guard holds: the next candidate
+            else:
+                return row
     return None
 
 
@@ -54,7 +60,8 @@ class Selection:
 
     def select(self, subject: Any, event: Any, engine: Engine) -> Row | None:
         """Return the first row whose guards hold for ``subject`` and ``event``, else ``None``."""
-        rows = self.index.get(event.__class__, {}).get(subject.state)
+        by_state = self.index.get(event.__class__)
+        rows = None if by_state is None else by_state.get(subject.state)
         return None if rows is None else first_holding(rows, subject, event, engine)
 
     def fire(self, subject: Any, event: Any, engine: Engine) -> Row | None:
