@@ -169,3 +169,18 @@ def report(found: list[str]) -> str:
         return (where, int(line) if line.isdigit() else 0, what)
 
     return "\n".join(sorted(found, key=key))
+
+
+def imported_roots(path: Path) -> set[str]:
+    """Return the top-level modules ``path`` imports, in every import form."""
+    roots: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            roots |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            roots.add(node.module.split(".")[0])
+        elif isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant):
+            name = getattr(node.func, "attr", getattr(node.func, "id", ""))
+            if name in ("import_module", "__import__") and isinstance(node.args[0].value, str):
+                roots.add(node.args[0].value.split(".")[0])
+    return roots
