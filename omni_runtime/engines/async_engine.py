@@ -23,7 +23,7 @@ import asyncio
 import contextlib
 import logging
 from collections import deque
-from collections.abc import AsyncGenerator, Coroutine, Sequence
+from collections.abc import AsyncGenerator, Callable, Coroutine, Sequence
 from typing import Any, cast, overload
 
 from omni_fsm import SPEC, ControlMethod, Spec
@@ -289,8 +289,8 @@ class AsyncEngine:
         if future is not None and not future.done():
             future.set_result(answer)
 
-    def stop_runtimes(self, host: Host) -> None:
-        """The host's ``StopRuntimes``: end the loops and the runtimes now (``shutdown()`` waits for that)."""
+    def stop_runtimes(self, shut_down: Callable[[], None]) -> None:
+        """The host's ``StopRuntimes``: end the loops, then the runtimes (``_end_loops``; ``shutdown()`` waits)."""
         with contextlib.suppress(RuntimeError):  # no event loop runs: shutdown() will do it
             self._closing_task()
 

@@ -29,7 +29,7 @@ from omni_runtime.core.orchestrator import Orchestrator
 from omni_runtime.core.pipeline import Pipeline, require_pipeline
 from omni_runtime.core.prompts import Prompt
 from omni_runtime.core.translation import StepHook
-from omni_runtime.engines.host_driver import HostDriver, Pumped
+from omni_runtime.engines.host_driver import HostDriver
 from omni_runtime.errors import ConfigError, EngineNotRunning, OmniRuntimeError, RequestRefused
 
 Listener = Callable[[cmd.ClientMessage], None]
@@ -38,6 +38,28 @@ _log = logging.getLogger("omni_runtime")
 #: what ``fail_engine`` drops from the queue: work for the runtimes (deliveries and answers still go out)
 _RUNTIME_COMMANDS = (cmd.Dispatch, cmd.AbortAt, cmd.RpcCall)
 STALLED = "consumer stalled"  #: the error of the terminal of a request aborted because its mailbox was full
+
+
+class Pumped:
+    """The driver of a host its caller pumps (``Engine``): it hears nothing, and the runtimes stop at once."""
+
+    __slots__ = ()
+
+    def report_buffered(self, stage: int, replica: int) -> None:
+        """Nothing: the caller pumps."""
+
+    def work_given(self, stage: int, replica: int) -> None:
+        """Nothing: the caller steps the runtimes."""
+
+    def answered(self, answer: cmd.Command) -> None:
+        """Nothing: the caller reads the answers the host keeps."""
+
+    def mailed(self, rid: int) -> None:
+        """Nothing: the caller reads the mailboxes."""
+
+    def stop_runtimes(self, shut_down: Callable[[], None]) -> None:
+        """Shut the runtimes down now."""
+        shut_down()
 
 
 class Host:
@@ -382,10 +404,10 @@ class Host:
 
     def _stop_runtimes(self) -> None:
         if not self._stopping_by_itself:
-            self.driver.stop_runtimes(self)
+            self.driver.stop_runtimes(self.shutdown_runtimes)
             return
         try:
-            self.driver.stop_runtimes(self)
+            self.driver.stop_runtimes(self.shutdown_runtimes)
         except OmniRuntimeError as exc:  # nobody called: kept for ``shutdown()`` to raise
             self.deferred_error = exc
 

@@ -2,17 +2,15 @@
 
 The host carries out the orchestrator's commands and buffers the runtimes' reports; its driver decides when the
 orchestrator takes them and when runtimes step. ``Engine`` pumps its host itself and needs to hear nothing
-(``Pumped``); ``AsyncEngine`` implements every method to wake its loops and its waiting callers.
+(``host.Pumped``, the default); ``AsyncEngine`` implements every method to wake its loops and its waiting callers.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+from collections.abc import Callable
+from typing import Protocol
 
 from omni_runtime.core import commands as cmd
-
-if TYPE_CHECKING:
-    from omni_runtime.engines.host import Host
 
 
 class HostDriver(Protocol):
@@ -30,28 +28,6 @@ class HostDriver(Protocol):
     def mailed(self, rid: int) -> None:
         """A message for request ``rid`` landed in its mailbox."""
 
-    def stop_runtimes(self, host: Host) -> None:
-        """The orchestrator stopped: the runtimes shut down next (``host.shutdown_runtimes()``, now or once the
-        driver's own loops have ended)."""
-
-
-class Pumped:
-    """The driver of a host its caller pumps (``Engine``): it hears nothing, and the runtimes stop at once."""
-
-    __slots__ = ()
-
-    def report_buffered(self, stage: int, replica: int) -> None:
-        """Nothing: the caller pumps."""
-
-    def work_given(self, stage: int, replica: int) -> None:
-        """Nothing: the caller steps the runtimes."""
-
-    def answered(self, answer: cmd.Command) -> None:
-        """Nothing: the caller reads the answers the host keeps."""
-
-    def mailed(self, rid: int) -> None:
-        """Nothing: the caller reads the mailboxes."""
-
-    def stop_runtimes(self, host: Host) -> None:
-        """Shut the runtimes down now."""
-        host.shutdown_runtimes()
+    def stop_runtimes(self, shut_down: Callable[[], None]) -> None:
+        """The orchestrator stopped: the runtimes shut down next (``shut_down()``, the host's ``shutdown_runtimes``,
+        now or once the driver's own loops have ended)."""

@@ -21,7 +21,7 @@ import pytest
 from faulty_runtimes import _Wrapper
 from hypothesis.database import ExampleDatabase
 
-import omni_runtime.testing as kit
+import omni_runtime.testing.kit as kit
 from omni_fsm import Outcome, StageKind
 from omni_runtime import Engine, Orchestrator, Prompt, simple_pipeline
 from omni_runtime.core import commands as cmd
@@ -30,7 +30,7 @@ from omni_runtime.core.pipeline import StageSpec
 from omni_runtime.core.prompts import StageInput
 from omni_runtime.runtimes.sim import SimConfig, sim_replica
 from omni_runtime.testing import ConformanceError, RawStreamChecker, check_runtime, make_machine, parse_seed
-from omni_runtime.testing._plugin import ConformanceItem
+from omni_runtime.testing.item import ConformanceItem
 
 HERE = Path(__file__).parent
 ROOT = HERE.parents[1]

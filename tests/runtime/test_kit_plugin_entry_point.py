@@ -58,6 +58,6 @@ def test_the_registered_plugin_loads_where_hypothesis_is_not_installed():
     asks for the kit, so pytest starts for a project that installed omni-fsm alone."""
     code = ("import sys; sys.modules['hypothesis'] = None\n"
             "import omni_runtime.pytest_hooks as hooks\n"
-            "assert callable(hooks.pytest_addoption) and 'omni_runtime.testing' not in sys.modules\n")
+            "assert callable(hooks.pytest_addoption) and 'omni_runtime.testing.kit' not in sys.modules\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr

@@ -17,8 +17,8 @@ PACKAGE = Path(__file__).resolve().parents[2] / "omni_runtime"
 #: runtime package
 CORE = ["core/orchestrator.py", "engines/host.py", "engines/engine.py", "engines/async_engine.py", "registry.py",
         "core/adapters.py", "core/protocol.py", "core/commands.py", "core/pipeline.py", "core/text.py",
-        "apps/workload.py", "apps/cli.py", "testing/__init__.py",
-        "testing/_machine.py", "testing/_checker.py", "testing/_plugin.py"]  # fmt: skip
+        "apps/workload.py", "apps/cli.py", "testing/__init__.py", "testing/kit.py", "testing/plugin.py",
+        "testing/_machine.py", "testing/_checker.py", "testing/item.py"]  # fmt: skip
 
 
 @pytest.mark.parametrize("path", CORE)

@@ -9,8 +9,6 @@ changes nothing.
 from __future__ import annotations
 
 import contextlib
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -20,13 +18,12 @@ from omni_fsm import ControlMethod, Outcome, StageKind
 from omni_fsm import events as ev
 from omni_fsm import observations as ob
 from omni_fsm.engine.core import dependent_id
-from omni_fsm.invariants import Monitor
-from omni_fsm.trace import TraceWriter
-from omni_runtime import Engine, OmniRuntimeError, Prompt, RequestRefused, simple_pipeline
+from omni_runtime import OmniRuntimeError, Prompt, RequestRefused, simple_pipeline
 from omni_runtime.core import protocol as rp
 from omni_runtime.core.pipeline import Pipeline
 from omni_runtime.core.prompts import StageInput
 from omni_runtime.runtimes.sim import sim_runtimes
+from tests.streaming_session import StreamingSession, omni_fsm_check, resume, turn
 
 ONE = simple_pipeline([StageKind.AR], [True], max_running=4, max_tokens=4)
 TWO = simple_pipeline([StageKind.AR, StageKind.AR], [False, True], max_running=4, max_tokens=4)
@@ -72,31 +69,14 @@ class NoFeed(Recorder):
     """The simulator (which parks streaming-input sessions between turns) with ``feed_input`` hidden."""
 
 
-class Session:
+class Session(StreamingSession):
     """A sync engine over recorded simulated runtimes, judged by a monitor (and written to a trace, if asked)."""
 
     def __init__(self, pipeline: Pipeline = ONE, wrap: type[Recorder] = Feeding, trace: Path | None = None) -> None:
-        self.pipeline = pipeline
-        self.monitor = Monitor(pipeline.kinds, pipeline.final, pipeline.slots)
-        self.history: list[tuple[ev.Event | None, list[ob.Observation]]] = []
-        self.writer = None
-        if trace is not None:
-            self.writer = TraceWriter(trace)
-            self.writer.header(pipeline.kinds, pipeline.final, pipeline.slots)
         self.runtimes = [[wrap(r) for r in replicas] for replicas in sim_runtimes(pipeline, 0)]
-        self.engine = Engine(pipeline, self.runtimes, on_step=self._step, max_silent_rounds=PUMPS)
-        self.seen: dict[int, list[Any]] = {}
+        super().__init__(pipeline, self.runtimes, PUMPS, trace)
 
-    def _step(self, event: ev.Event | None, outputs: list[ob.Observation]) -> None:
-        self.history.append((event, list(outputs)))
-        self.monitor.step(event, outputs)
-        if self.writer is not None:
-            self.writer.step(event, outputs)
-
-    def submit(self, prompt: Prompt, n: int = 1) -> int:
-        rid = self.engine.submit(prompt, n)
-        self.seen[rid] = []
-        return rid
+    moves = StreamingSession.events
 
     def sim(self, stage: int = 0) -> Any:
         return self.runtimes[stage][0].inner
@@ -104,69 +84,19 @@ class Session:
     def calls(self, stage: int = 0) -> list[tuple[Any, ...]]:
         return self.runtimes[stage][0].calls
 
-    def collect(self) -> None:
-        for rid, messages in self.seen.items():
-            box = self.engine.host.mailboxes.get(rid)
-            while box:
-                messages.append(box.popleft())
-
-    def pump_until(self, done: Any, what: str, rid: int = 0) -> None:
-        for _ in range(PUMPS):
-            self.collect()
-            if done():
-                return
-            self.engine.host.pump()
-        self.collect()
-        if not done():
-            raise AssertionError(f"no {what} after {PUMPS} pumps: {self.moves(rid)}")
-
     def pump(self, rounds: int = 20) -> None:
         for _ in range(rounds):
             self.engine.host.pump()
         self.collect()
 
-    def moves(self, rid: int = 0) -> list[tuple[str, int]]:
-        """Return the runtime events of ``rid`` (and its submit) in order, (name, stage), a run of outputs as one."""
-        out: list[tuple[str, int]] = []
-        for event, _ in self.history:
-            if not isinstance(event, ev.RequestEvent) or event.rid != rid:
-                continue
-            item = (type(event).__name__, getattr(event, "stage", -1))
-            if not (item[0] == "StageOutput" and out and out[-1] == item):
-                out.append(item)
-        return out
-
-    def parks(self, rid: int = 0) -> int:
-        return sum(1 for name, _ in self.moves(rid) if name == "AwaitStreamingReq")
-
-    def parked(self, count: int, rid: int = 0) -> None:
-        """Pump until the session parked ``count`` times in all (it waits for input)."""
-        self.pump_until(lambda: self.parks(rid) >= count, f"park #{count} of request {rid}", rid)
-        assert self.parks(rid) == count
-
     def ended(self, rid: int = 0) -> list[Any]:
-        self.pump_until(lambda: any(m.finished for m in self.seen[rid]), f"terminal of request {rid}", rid)
-        return self.seen[rid]
-
-    def verdict(self) -> list[tuple[str, str, int | None]]:
-        """Return every violation the monitor found, the end-of-history rules (``finish``) included."""
-        self.monitor.finish()
-        return [(v.invariant, v.check, v.rid) for v in self.monitor.violations]
+        return self.until_ended(rid)
 
     def drained(self) -> None:
         held = self.engine.orchestrator.held_state()
         assert held == dict.fromkeys(held, 0), held
         held_by_runtimes = [r.inner.requests for replicas in self.runtimes for r in replicas]
         assert held_by_runtimes == [{}] * len(held_by_runtimes)
-
-
-def turn(stage: int = 0, park: bool = True) -> list[tuple[str, int]]:
-    """The moves of one turn (scheduled, outputs) and its wait for input."""
-    return [("Scheduled", stage), ("StageOutput", stage), *([("AwaitStreamingReq", stage)] if park else [])]
-
-
-def resume(stage: int = 0) -> list[tuple[str, int]]:
-    return [("InputReady", stage), *turn(stage)]
 
 
 def words(tokens: tuple[int, ...]) -> str:
@@ -188,14 +118,6 @@ def snapshot(session: Session) -> Any:
     calls = [[list(r.calls) for r in replicas] for replicas in session.runtimes]
     boxes = {rid: len(box) for rid, box in session.engine.host.mailboxes.items()}
     return routes, orch.held_state(), sims, calls, boxes, len(session.history), orch.lifecycle.engine.state
-
-
-def omni_fsm_check(trace: Path) -> str:
-    """Run ``omni-fsm check`` on ``trace``; return its one-line report (it must exit 0)."""
-    check = subprocess.run([sys.executable, "-m", "omni_fsm.cli", "check", str(trace)], capture_output=True,
-                           text=True, timeout=120)  # fmt: skip
-    assert check.returncode == 0, check.stdout + check.stderr
-    return check.stdout.strip()
 
 
 def refused(session: Session, rid: int, part: Any, last: bool, match: str) -> None:

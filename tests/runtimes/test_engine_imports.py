@@ -2,31 +2,17 @@
 
 from __future__ import annotations
 
-import ast
 import subprocess
 import sys
 from pathlib import Path
+
+from tests.import_graph import imported_roots
 
 ROOT = Path(__file__).resolve().parents[2]
 VLLM, DIFFUSERS = ("omni_runtime", "runtimes", "vllm"), ("omni_runtime", "runtimes", "diffusers")
 #: engine -> the packages allowed to import it (torch and transformers: only as the engines' own dependencies)
 OWNERS = {"vllm": {VLLM}, "torch": {VLLM, DIFFUSERS}, "transformers": {VLLM, DIFFUSERS}, "diffusers": {DIFFUSERS},
           "ray": {("omni_runtime", "hosting", "ray")}}
-
-
-def imported_roots(path: Path) -> set[str]:
-    """Return the top-level modules ``path`` imports, in every import form."""
-    roots: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.Import):
-            roots |= {a.name.split(".")[0] for a in node.names}
-        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
-            roots.add(node.module.split(".")[0])
-        elif isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant):
-            name = getattr(node.func, "attr", getattr(node.func, "id", ""))
-            if name in ("import_module", "__import__") and isinstance(node.args[0].value, str):
-                roots.add(node.args[0].value.split(".")[0])
-    return roots
 
 
 def test_only_the_runtime_package_imports_its_engine():
@@ -46,7 +32,7 @@ def test_the_check_sees_every_import_form(tmp_path):
 
 def test_a_missing_engine_skips_locally_and_fails_under_ci(tmp_path):
     test = tmp_path / "test_needs_engine.py"
-    test.write_text("from tests.runtimes.conftest import require\nrequire('no_such_engine_xyz', 'pip install it')\n"
+    test.write_text("from tests.runtimes.real_engines import require\nrequire('no_such_engine_xyz', 'pip install it')\n"
                     "def test_x():\n    pass\n")  # fmt: skip
     for ci, outcome in (("", "1 skipped"), ("true", "1 error")):
         run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--rootdir", str(ROOT),

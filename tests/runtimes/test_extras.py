@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.runtimes.test_engine_imports import imported_roots
+from tests.import_graph import imported_roots
 from tests.unavailable import unavailable
 
 ROOT = Path(__file__).resolve().parents[2]

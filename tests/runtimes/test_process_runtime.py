@@ -18,8 +18,8 @@ from omni_runtime.core import protocol as rp
 from omni_runtime.errors import ConfigError
 from omni_runtime.hosting.process import ChildRaised, ProcessRuntime, process_runtimes
 from omni_runtime.testing import check_runtime
-from tests.runtimes.conftest import RecordsReports
 from tests.runtimes.process_factories import SIM, sim_in_process
+from tests.runtimes.real_engines import RecordsReports
 
 ROOT = Path(__file__).resolve().parents[2]
 FACTORIES = "tests.runtimes.process_factories"

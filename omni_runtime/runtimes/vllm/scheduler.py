@@ -104,7 +104,7 @@ def _reports_for(moves: tuple[tuple[RequestStatus | None, RequestStatus], ...]) 
     return tuple(said)
 
 
-class _Live:
+class LiveRequest:
     """The binding's view of one request it accepted and has not ended."""
 
     __slots__ = ("added_at", "grammar", "plan", "req_id", "request", "resumable", "sampling", "seq", "stream_left",
@@ -145,7 +145,7 @@ class VllmSchedulerRuntime:
         self._plans = plans or self._drawn_plan
         self._hasher = self.engine.block_hasher
         self._sink: rp.ReportSink | None = None
-        self._live: dict[int, _Live] = {}
+        self._live: dict[int, LiveRequest] = {}
         self._log: list[tuple[Request, RequestStatus | None, RequestStatus]] = []
         self._refused: list[tuple[int, str]] = []
         #: vLLM id -> (abort id, req id) of the aborts owed once vLLM let go of the request (a KV transfer held it)
@@ -183,7 +183,7 @@ class VllmSchedulerRuntime:
             raise ValueError(f"request {req_id}: {', '.join(plan.stand_in_only())} describe the stand-in model and "
                              f"its world; a real engine decides them itself")  # fmt: skip
         sampling = stage_input.sampling
-        live = _Live(req_id, plan, self.steps, sampling)
+        live = LiveRequest(req_id, plan, self.steps, sampling)
         live.resumable = plan.streaming or stage_input.streaming
         if sampling is None or sampling.detokenize:
             live.text = IncrementalText(self.engine.tokenizer, sampling.stop if sampling is not None else (), token_ids)
@@ -352,7 +352,7 @@ class VllmSchedulerRuntime:
             return f"token id {bad[0]} is outside the model's vocabulary (0..{vocab - 1})"
         return None
 
-    def _request(self, live: _Live, token_ids: Sequence[int] | None, resumable: bool) -> Request:
+    def _request(self, live: LiveRequest, token_ids: Sequence[int] | None, resumable: bool) -> Request:
         """Return the request vLLM schedules (observed), or, once it exists, a carrier of a streamed-input update
         (a plain ``Request`` for the same id: vLLM copies its fields into the session and never schedules it)."""
         plan, sampling = live.plan, live.sampling or _GREEDY
@@ -369,7 +369,7 @@ class VllmSchedulerRuntime:
                                plan=plan, block_hasher=self._hasher, resumable=resumable,
                                **self._prompt(live, token_ids))  # fmt: skip
 
-    def _prompt(self, live: _Live, token_ids: Sequence[int] | None) -> dict[str, Any]:
+    def _prompt(self, live: LiveRequest, token_ids: Sequence[int] | None) -> dict[str, Any]:
         """Return a new request's prompt, as vLLM's ``Request`` takes it (a subclass may give prompt embeddings)."""
         return {"prompt_token_ids": list(token_ids or ())}
 
@@ -420,7 +420,7 @@ class VllmSchedulerRuntime:
     def _flush(self, engine_outputs: Any = None) -> None:
         """Report what the scheduler did since the last flush: each request's tokens, then its moves."""
         said_by_request = self.take_moves()
-        turned: list[_Live] = []
+        turned: list[LiveRequest] = []
         if engine_outputs:  # the hot path: one Output per request and step
             sink, live_of = self._sink, self._live.get
             assert sink is not None, "bind() first"
@@ -463,13 +463,13 @@ class VllmSchedulerRuntime:
         for live in turned:
             self._end_if_lost(live)
 
-    def _rest_of_text(self, live: _Live) -> None:
+    def _rest_of_text(self, live: LiveRequest) -> None:
         """Report the text held back (a possible stop string's start) before the request finishes, if any."""
         rest = live.text.add((), final=True) if live.text is not None else ""
         if rest:
             self._report(live, rp.Output, 0, (), rest)
 
-    def _stop_on_string(self, live: _Live, stop: str) -> None:
+    def _stop_on_string(self, live: LiveRequest, stop: str) -> None:
         """End a request whose text reached a stop string, as vLLM's frontend does: the engine request is aborted
         (its tokens past the string are never reported) and the request finishes ``stop`` with the string."""
         assert live.request is not None
@@ -479,7 +479,7 @@ class VllmSchedulerRuntime:
         self._log = [m for m in self._log if m[0] is not live.request]
         self._report(live, rp.Finished, StopKind.STOP, None, stop)
 
-    def _end_if_lost(self, live: _Live) -> None:
+    def _end_if_lost(self, live: LiveRequest) -> None:
         """End a session vLLM resumed but no longer schedules: vLLM 0.32 drops a session that stopped while
         preempted from its queues right after resuming it (``update_from_output``, stopped preempted requests), so
         it would wait for ever. It ends with an error, as vLLM's own status then says."""
@@ -500,7 +500,7 @@ class VllmSchedulerRuntime:
             self._emit(rp.RpcResult(call_id, error is None, error))
         self._rpcs.clear()
 
-    def _report(self, live: _Live, make: Any, *args: Any) -> None:
+    def _report(self, live: LiveRequest, make: Any, *args: Any) -> None:
         self._emit(make(live.req_id, live.seq, *args))
         live.seq += 1
 

@@ -44,7 +44,7 @@ from omni_runtime.runtimes.vllm._engine import CoreEngine
 from omni_runtime.runtimes.vllm._plan import RequestPlan
 from omni_runtime.runtimes.vllm.omni_scheduler import PROCESSOR_KEY, SCHEDULER_CLS, STAGE_ID_KEY, OmniSchedulingMixin
 from omni_runtime.runtimes.vllm.payloads import HIDDEN, PayloadPolicy
-from omni_runtime.runtimes.vllm.scheduler import VllmSchedulerRuntime, _Live
+from omni_runtime.runtimes.vllm.scheduler import LiveRequest, VllmSchedulerRuntime
 from omni_runtime.runtimes.vllm.worker_ext import WORKER_CLS
 
 HIDDEN_ADAPTER, TOKENS_ADAPTER = "ar_hidden2embeds", "ar_tokens2ar"
@@ -161,12 +161,12 @@ class PayloadStageRuntime(VllmSchedulerRuntime):
             return f"{len(embeds)} prompt embeddings leave no room under max_model_len={self.options.max_model_len}"
         return None
 
-    def _prompt(self, live: _Live, token_ids: Sequence[int] | None) -> dict[str, Any]:
+    def _prompt(self, live: LiveRequest, token_ids: Sequence[int] | None) -> dict[str, Any]:
         if self._embeds is None:
             return super()._prompt(live, token_ids)
         return {"prompt_token_ids": None, "prompt_embeds": self._embeds}
 
-    def _report(self, live: _Live, make: Any, *args: Any) -> None:
+    def _report(self, live: LiveRequest, make: Any, *args: Any) -> None:
         if make in (rp.Finished, rp.Failed, rp.Aborted):  # what was kept for the request goes with its end
             rows = self.engine.hidden_rows.pop(str(live.req_id), [])
             chunks = self.engine.stream_of(str(live.req_id))
@@ -175,7 +175,7 @@ class PayloadStageRuntime(VllmSchedulerRuntime):
                 args = (stop, self._result(live, rows, chunks), stop_reason)
         super()._report(live, make, *args)
 
-    def _result(self, live: _Live, rows: list[torch.Tensor],
+    def _result(self, live: LiveRequest, rows: list[torch.Tensor],
                 chunks: tuple[tuple[Any, bool], ...] | None) -> dict[str, Any]:  # fmt: skip
         request = live.request
         assert request is not None

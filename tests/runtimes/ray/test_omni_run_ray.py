@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.runtimes.conftest import require
+from tests.runtimes.real_engines import require
 
 require("ray", "pip install 'ray==2.60.0' (the ray extra)")
 

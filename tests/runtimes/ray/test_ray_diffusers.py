@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.runtimes.conftest import require
+from tests.runtimes.real_engines import require
 
 require("ray", "pip install 'ray==2.60.0' (the ray extra)")
 require("diffusers", "pip install diffusers (the diffusion extra)")

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from tests.runtimes.conftest import RecordsReports, require
+from tests.runtimes.real_engines import RecordsReports, require
 
 require("ray", "pip install 'ray==2.60.0' (the ray extra)")
 

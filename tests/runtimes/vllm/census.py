@@ -14,8 +14,8 @@ import sys
 
 from hypothesis import HealthCheck, Phase, given, settings
 
-import tests.runtimes.conftest  # noqa: F401  (the engine environment)
-from tests.runtimes.vllm import test_upstream_contract as contract
+import tests.runtimes.real_engines  # noqa: F401  (the engine environment)
+from tests.runtimes.vllm import contract
 from tests.runtimes.vllm.contract import execute, programs, setups
 
 

@@ -342,3 +342,51 @@ def execute(program: Sequence[Op], setup: Setup = Setup(), fault: type | None = 
             run.abort([rid for rid in run.open_requests() if run._vllm_status(rid) in WAITS])
     run.finish()
     return run
+
+
+# -- the fixed examples: the paths that found the moves the encoding lacked (test_upstream_contract.py) ----------
+
+PLAIN = RequestPlan(max_tokens=6)
+#: two long requests on 6 blocks: the second is preempted, its KV reloaded through the connector
+#: (PREEMPTED -> WAITING_FOR_REMOTE_KVS -> PREEMPTED -> RUNNING)
+RELOADED = RequestPlan(max_tokens=10, kv_load_steps=1)
+PREEMPT_AND_RELOAD = ([Add(RELOADED, 30), Add(RELOADED, 30), Step(4)],
+                      Setup(max_num_seqs=2, num_blocks=6, connector=True))
+#: streaming-input sessions whose turns end by EOS and by length and resume (FINISHED_* -> WAITING, or -> WAITING_FOR_
+#: STREAMING_REQ, within one call); each session's input ends while it is parked (vLLM finishes the session)
+STREAMED_TURNS = ([Add(RequestPlan(max_tokens=2, stream=((1, (7, 8)), (9, (9,))), stream_end_after=6), 5),
+                   Add(RequestPlan(max_tokens=3, eos_at=1, stream=((2, (7, 8)), (9, (9,))), stream_end_after=8), 5),
+                   Step(30)], Setup(max_num_seqs=2))  # fmt: skip
+#: grammars compiling while the one running slot is taken: more waits than slots
+GRAMMARS = ([Add(RequestPlan(max_tokens=3, grammar_steps=3), 4) for _ in range(4)] + [Step(2)],
+            Setup(max_num_seqs=1))  # fmt: skip
+#: a request aborted while its remote KV load is in flight (its blocks stay held until the load ends)
+ABORT_DURING_LOAD = ([Add(RequestPlan(max_tokens=4, kv_load_steps=3), 20), Step(1), AbortWaiting(), Step(1)],
+                     Setup(max_num_seqs=2, connector=True))  # fmt: skip
+#: a running request aborted, then more steps
+ABORT_RUNNING = ([Add(PLAIN, 10), Step(2), Abort(0), Add(PLAIN, 10), Step(3)], Setup(max_num_seqs=2))
+#: two requests on 4 blocks: one is preempted and runs again
+PREEMPTION = ([Add(RequestPlan(max_tokens=10), 30), Add(RequestPlan(max_tokens=10), 30), Step(6)],
+              Setup(max_num_seqs=2, num_blocks=6))  # fmt: skip
+#: asynchronous scheduling: a request preempted while a batch of it is in flight gets that batch's token and stops on
+#: it (PREEMPTED -> FINISHED_STOPPED, an output while preempted)
+STOP_IN_FLIGHT = ([Add(RequestPlan(max_tokens=6, eos_at=2), 30), Add(RequestPlan(max_tokens=6, eos_at=2), 30), Step(8)],
+                  Setup(max_num_seqs=2, num_blocks=5))  # fmt: skip
+#: asynchronous scheduling: a streaming-input session preempted with a batch in flight stops its turn on that batch's
+#: token and resumes (PREEMPTED -> FINISHED_STOPPED -> WAITING); vLLM 0.32 then drops it from its queues, and the
+#: binding ends it with an error instead of waiting for ever
+SESSION_STOPS_IN_FLIGHT = ([Add(RequestPlan(max_tokens=6, eos_at=2, stream=((1, (7, 8)),), stream_end_after=2), 30)] * 2
+                           + [Step(40)], Setup(max_num_seqs=2, num_blocks=6))  # fmt: skip
+FIXED = {
+    "session_stops_in_flight": SESSION_STOPS_IN_FLIGHT, "stop_in_flight": STOP_IN_FLIGHT,
+    "preempt_and_reload": PREEMPT_AND_RELOAD, "streamed_turns": STREAMED_TURNS, "grammars": GRAMMARS,
+    "abort_during_load": ABORT_DURING_LOAD, "abort_running": ABORT_RUNNING, "preemption": PREEMPTION,
+}
+
+
+SCHEDULERS = {"Scheduler": False, "AsyncScheduler": True}
+
+
+def on(setup: Setup, scheduler: str) -> Setup:
+    """Return ``setup`` on the named scheduler."""
+    return attrs.evolve(setup, async_scheduling=SCHEDULERS[scheduler])

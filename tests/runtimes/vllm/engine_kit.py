@@ -14,7 +14,7 @@ import json
 import sys
 from collections.abc import Sequence
 
-import tests.runtimes.conftest  # noqa: F401  (the engine environment)
+import tests.runtimes.real_engines  # noqa: F401  (the engine environment)
 
 EXAMPLES = 20
 

@@ -14,7 +14,7 @@ import json
 import sys
 from typing import Any
 
-import tests.runtimes.conftest  # noqa: F401  (the engine environment)
+import tests.runtimes.real_engines  # noqa: F401  (the engine environment)
 
 #: prompts as token ids of the tiny model (1 is BOS)
 PROMPTS = [[1, 10, 11, 12], [1, 500, 7, 8, 9, 40], [1, 974, 975]]

@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-import tests.runtimes.conftest  # noqa: F401  (the engine environment)
+import tests.runtimes.real_engines  # noqa: F401  (the engine environment)
 
 PROMPTS = [[1, 10, 11, 12], [1, 500, 7, 8, 9, 40, 41, 42, 43], [1, 974, 975]]
 MAX_TOKENS = 5

