@@ -425,12 +425,13 @@ def explore(bound: Bound = Bound(),  # noqa: B008 - Bound is frozen: one shared 
             progress: Callable[[int, int, float], None] | None = None,
             on_phase: Callable[[str], None] | None = None, reduction: bool = True,
             max_states: int | None = None, stop: Callable[[], str | None] | None = None,
-            workers: int = 1) -> Report:
+            workers: int = 1, first_violation: bool = False) -> Report:
     """Explore every state reachable within ``bound`` on ``spec``; return the report (pure: no I/O).
 
     ``reduction=False`` computes every successor on the whole state. ``max_states`` stops the search once
-    it has that many states; ``stop()``, asked every few thousand states, stops it when it returns a reason.
-    A search stopped early checks no liveness and says what it covered (``Report.stopped``, ``Report.depth``).
+    it has that many states; ``stop()``, asked every few dozen states, stops it when it returns a reason;
+    ``first_violation`` stops it once a step broke an invariant (its counterexample a shortest one). A search
+    stopped early checks no liveness and says what it covered (``Report.stopped``, ``Report.depth``).
     ``workers`` > 1 expands states in that many processes (0: one per core), with the same states, edges,
     counterexamples and verdicts (``omni_fsm.explore.parallel``; the evaluations are summed over the workers).
     """
@@ -439,8 +440,9 @@ def explore(bound: Bound = Bound(),  # noqa: B008 - Bound is frozen: one shared 
     xp = Explorer(bound, spec, reduction)
     count = workers or cores()
     if count > 1:
-        return parallel_search(xp, count, symmetry, liveness, progress, on_phase, max_states, stop)
-    return search(xp, symmetry, liveness, progress, on_phase, max_states, stop)
+        return parallel_search(xp, count, symmetry, liveness, progress, on_phase, max_states, stop,
+                               first_violation=first_violation)
+    return search(xp, symmetry, liveness, progress, on_phase, max_states, stop, first_violation)
 
 
 __all__ = ["DEFAULT_FAMILIES", "FAMILIES", "PROGRESS", "SAMPLE_EVERY", "Bound", "Counterexample", "Explorer",
