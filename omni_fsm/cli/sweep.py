@@ -23,7 +23,7 @@ from omni_fsm.explore.reach import NEEDS, reachable
 from omni_fsm.explore.sweep import SweepBound, SweepReport, reachable_in, sweep
 from omni_fsm.registry import find_root
 from omni_fsm.registry.toml_lines import Fields, Lines, loads, read
-from omni_fsm.spec.table import Spec
+from omni_fsm.spec.table import SPEC, Spec
 from omni_fsm.spec.vocabulary import stage_kinds
 
 #: Where the sweep's bounds are, relative to the directory holding ``specs/`` (``omni_fsm.registry.find_root``).
@@ -103,6 +103,8 @@ def run(args: argparse.Namespace, spec: Spec, spec_name: str, limits: Limits, wo
 
     def on_report(i: int, sb: SweepBound, report: Report) -> None:
         print_bound(report, sb, out)
+        if spec is SPEC and not report.partial and report.states != sb.states:  # the recorded size is stale
+            out.write(f"  note: {SWEEP_FILE} records {sb.states} states for {sb.name}: write {report.states}\n")
         code = write_counterexamples(report, sb.bound, spec, args.out, out, prefix=f"counterexample-{sb.name}-")
         if code:
             written.append(code)
