@@ -56,7 +56,8 @@ $(CHROMIUM_STAMP): $(BIN)/python
 
 setup: $(STAMP) $(VLLM_STAMP) $(DIFFUSERS_STAMP) $(RAY_STAMP) $(CHROMIUM_STAMP)
 
-# The main job on the embedded simulator, its trace checked, then the exhaustive exploration.
+# The main job on the embedded simulator, its trace checked, then the exhaustive exploration: the sweep of
+# specs/sweep.toml (the default bound, the abort races, companions, samples, diffusion, several final stages).
 # `make demo RUNTIME=vllm`: the two-stage text pipeline on real vLLM engines (installed first), a process per replica.
 RUNTIME ?= sim
 ifeq ($(RUNTIME),vllm)
@@ -81,8 +82,7 @@ else
 demo: $(STAMP)
 	$(BIN)/omni-run examples/pipeline.toml --trace out/demo.trace.jsonl
 	$(BIN)/omni-fsm check out/demo.trace.jsonl
-	$(BIN)/omni-fsm explore --requests 2 --families all --out out
-	$(BIN)/omni-fsm explore --out out
+	$(BIN)/omni-fsm explore --sweep --out out
 endif
 else
 demo:

@@ -52,8 +52,9 @@ from omni_fsm.explore.world import (
 )
 from omni_fsm.invariants import Monitor
 from omni_fsm.invariants.monitor import VIEW_FIELDS
+from omni_fsm.invariants.view import View
 from omni_fsm.spec import events as ev
-from omni_fsm.spec.record import ENGINE_FIELDS, RECORD_FIELDS
+from omni_fsm.spec.record import ENGINE_FIELDS, RECORD_FIELDS, Record
 from omni_fsm.spec.table import SPEC, Spec
 from omni_fsm.spec.vocabulary import StopKind
 
@@ -393,15 +394,43 @@ class Explorer:
                                        "or break other invariants; explore without --symmetry")
 
     def _unsound(self, state: tuple[int, ...], reduced: dict[Any, Any], full: dict[Any, Any]) -> None:
-        for key in sorted(set(reduced) | set(full), key=repr):
-            if reduced.get(key) != full.get(key):
-                family, step, _ = key
-                where = f"family {family}" if family else "the engine"
-                raise UnsoundReduction(
-                    f"the reduction disagrees with the whole-state computation at state {state}, step {step!r} of "
-                    f"{where}: reduced {sorted(reduced.get(key, ()))}, whole {sorted(full.get(key, ()))}; "
-                    "explore with --no-reduction")
+        """Raise ``UnsoundReduction`` for the first step whose successors differ: each side's successor states (the
+        core's records and engine, the monitor's facts, as ``facts`` names them), what differs between them, and
+        the invariants each side says the step broke."""
+        steps = sorted({(f, s) for f, s, _ in (*reduced, *full)}, key=repr)
+        for family, step in steps:
+            ours = {nxt: v for (f, s, nxt), v in reduced.items() if (f, s) == (family, step)}
+            whole = {nxt: v for (f, s, nxt), v in full.items() if (f, s) == (family, step)}
+            if ours == whole:
+                continue
+            where = f"family {family}" if family else "the engine"
+            lines = [f"the reduction disagrees with the whole-state computation at state {state}, step {step!r} of "
+                     f"{where}; the state: {_shown(self.facts(state))}"]
+            lines += _sides(ours, whole, self.facts)
+            lines.append("explore with --no-reduction")
+            raise UnsoundReduction("\n  ".join(lines))
         raise UnsoundReduction(f"the reduction disagrees with the whole-state computation at state {state}")
+
+    def facts(self, state: tuple[int, ...]) -> dict[str, Any]:
+        """Return what ``state`` holds, by name: the core's engine fields (``engine.slots_used``), each record's
+        state and fields that are not the default (``request 3.state``), the monitor's global facts
+        (``monitor.slots``) and its views' fields that are not the default (``view 3.terminals``); rids absolute."""
+        (eng, mg) = self.globals[state[0]]
+        out: dict[str, Any] = {f"engine.{name}": value for name, value in zip(ENGINE_FIELDS, eng, strict=True)}
+        out.update({f"monitor.{name}": value for name, value in zip(("engine", "slots", "rpcs", "stopped"), mg,
+                                                                    strict=True)})  # fmt: skip
+        block = self.bound.block
+        for i, fid in enumerate(state[1:]):
+            recs, views = self.families[fid]
+            for off, snap in recs:
+                fields = zip(RECORD_FIELDS, _shift_rec(snap, i * block), strict=True)
+                out.update({f"request {i * block + off}.{name}": value for name, value in fields
+                            if name == "state" or value != _RECORD_DEFAULTS[name]})  # fmt: skip
+            for off, snap in views:
+                fields = zip(VIEW_FIELDS, _shift_view(snap, i * block), strict=True)
+                out.update({f"view {i * block + off}.{name}": value for name, value in fields
+                            if value != _VIEW_DEFAULTS[name]})  # fmt: skip
+        return out
 
     # -- end of history ------------------------------------------------------------------------------
 
@@ -421,17 +450,48 @@ def _canonical(state: tuple[int, ...]) -> tuple[int, ...]:
     return (state[0], *sorted(state[1:]))
 
 
+_RECORD_DEFAULTS = dict(zip(RECORD_FIELDS, Record(0).snapshot(), strict=True))
+_VIEW_DEFAULTS = dict(zip(VIEW_FIELDS, View().snapshot(), strict=True))
+
+
+def _shown(facts: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={getattr(v, 'name', v)}" for k, v in facts.items())
+
+
+def _sides(ours: dict[Any, Any], whole: dict[Any, Any],
+           facts: Callable[[tuple[int, ...]], dict[str, Any]]) -> list[str]:  # fmt: skip
+    """Return lines naming the successors only one side reached (and, where each has one, what differs)."""
+    only_ours = [n for n in ours if n not in whole or ours[n] != whole[n]]
+    only_whole = [n for n in whole if n not in ours or ours[n] != whole[n]]
+    lines = []
+    for label, side, states in (("reduced", ours, only_ours), ("whole", whole, only_whole)):
+        if not side:
+            lines.append(f"{label}: none (the core refused the step)")
+        elif not states:
+            lines.append(f"{label}: no successor the other side lacks")
+        for nxt in states:
+            broke = f" (breaks {', '.join(sorted(side[nxt]))})" if side[nxt] else ""
+            lines.append(f"{label}: {nxt}{broke}: {_shown(facts(nxt))}")
+    if len(only_ours) == 1 and len(only_whole) == 1:
+        a, b = facts(only_ours[0]), facts(only_whole[0])
+        differ = [f"{k}: reduced {getattr(a.get(k), 'name', a.get(k))}, whole {getattr(b.get(k), 'name', b.get(k))}"
+                  for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]  # fmt: skip
+        lines.append("they differ in " + ("; ".join(differ) if differ else "the invariants broken only"))
+    return lines
+
+
 def explore(bound: Bound = Bound(),  # noqa: B008 - Bound is frozen: one shared default is safe
             spec: Spec = SPEC, symmetry: bool = False, liveness: bool = True,
             progress: Callable[[int, int, float], None] | None = None,
             on_phase: Callable[[str], None] | None = None, reduction: bool = True,
             max_states: int | None = None, stop: Callable[[], str | None] | None = None,
-            workers: int = 1) -> Report:
+            workers: int = 1, first_violation: bool = False) -> Report:
     """Explore every state reachable within ``bound`` on ``spec``; return the report (pure: no I/O).
 
     ``reduction=False`` computes every successor on the whole state. ``max_states`` stops the search once
-    it has that many states; ``stop()``, asked every few thousand states, stops it when it returns a reason.
-    A search stopped early checks no liveness and says what it covered (``Report.stopped``, ``Report.depth``).
+    it has that many states; ``stop()``, asked every few dozen states, stops it when it returns a reason;
+    ``first_violation`` stops it once a step broke an invariant (its counterexample a shortest one). A search
+    stopped early checks no liveness and says what it covered (``Report.stopped``, ``Report.depth``).
     ``workers`` > 1 expands states in that many processes (0: one per core), with the same states, edges,
     counterexamples and verdicts (``omni_fsm.explore.parallel``; the evaluations are summed over the workers).
     """
@@ -440,8 +500,9 @@ def explore(bound: Bound = Bound(),  # noqa: B008 - Bound is frozen: one shared 
     xp = Explorer(bound, spec, reduction)
     count = workers or cores()
     if count > 1:
-        return parallel_search(xp, count, symmetry, liveness, progress, on_phase, max_states, stop)
-    return search(xp, symmetry, liveness, progress, on_phase, max_states, stop)
+        return parallel_search(xp, count, symmetry, liveness, progress, on_phase, max_states, stop,
+                               first_violation=first_violation)
+    return search(xp, symmetry, liveness, progress, on_phase, max_states, stop, first_violation)
 
 
 __all__ = ["DEFAULT_FAMILIES", "FAMILIES", "PROGRESS", "SAMPLE_EVERY", "Bound", "Counterexample", "Explorer",

@@ -34,7 +34,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from omni_fsm.errors import ConfigError, InternalError
 from omni_fsm.explore.search import (
+    ASK_EVERY,
     ESCAPES,
+    FIRST_VIOLATION,
     TICK,
     Counterexample,
     Report,
@@ -339,9 +341,10 @@ class _Coordinator:
     """What the serial search keeps, merged in its order from the workers' chunks."""
 
     def __init__(self, xp: Explorer, workers: int, symmetry: bool, check_live: bool, max_states: int | None,
-                 progress: Callable[[int, int, float], None] | None, stop: Callable[[], str | None] | None) -> None:
+                 progress: Callable[[int, int, float], None] | None, stop: Callable[[], str | None] | None,
+                 first_violation: bool = False) -> None:  # fmt: skip
         self.xp, self.symmetry, self.check_live, self.max_states = xp, symmetry, check_live, max_states
-        self.progress, self.stop = progress, stop
+        self.progress, self.stop, self.first_violation = progress, stop, first_violation
         self.start = time.perf_counter()
         init = xp.initial()
         self.states: list[tuple[int, ...]] = [init]
@@ -445,8 +448,11 @@ class _Coordinator:
                     self._counterexample(inv, msg, sid, (family, code))
                 vi += 1
             self.sid = sid + 1
-            if self.sid % TICK == 0:
-                if self.progress is not None:
+            if self.first_violation and self.found:
+                self.stopped = FIRST_VIOLATION
+                return False
+            if self.sid % ASK_EVERY == 0:
+                if self.progress is not None and self.sid % TICK == 0:
                     self.progress(len(states), self.edges, time.perf_counter() - self.start)
                 if self.stop is not None:
                     self.stopped = self.stop()
@@ -462,11 +468,11 @@ class _Coordinator:
 def parallel_search(xp: Explorer, workers: int, symmetry: bool, liveness: bool,
                     progress: Callable[[int, int, float], None] | None, on_phase: Callable[[str], None] | None,
                     max_states: int | None = None, stop: Callable[[], str | None] | None = None,
-                    on_start: Callable[[list[int]], None] | None = None) -> Report:
+                    on_start: Callable[[list[int]], None] | None = None, first_violation: bool = False) -> Report:
     """Search as ``search.search`` does, the states expanded by ``workers`` processes; return the same report
     (its evaluations summed over the workers). ``on_start(pids)`` is told the workers' process ids."""
     check_live = liveness and not symmetry
-    co = _Coordinator(xp, workers, symmetry, check_live, max_states, progress, stop)
+    co = _Coordinator(xp, workers, symmetry, check_live, max_states, progress, stop, first_violation)
     pool = _Pool(xp, workers, symmetry, check_live)
     try:
         if on_start is not None:

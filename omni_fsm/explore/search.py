@@ -28,8 +28,13 @@ LocalStep = tuple[Step, int, int, tuple[Any, ...], bool]
 Successor = tuple[int, Step, tuple[int, ...], tuple[Any, ...], bool]
 #: The next engine part of a ``LocalStep`` that the reduction cannot compute alone.
 ESCAPES = -1
-#: How often (in states) the search reports progress and asks whether to stop.
+#: How often (in states) the search reports progress.
 TICK = 4096
+#: How often (in states) the search asks ``stop()`` whether to stop: often, so that a deadline or Ctrl-C is met
+#: within a fraction of a second even where a state costs a millisecond (a family of many records).
+ASK_EVERY = 64
+#: ``Report.stopped`` when the search stopped at its first violation (``first_violation``).
+FIRST_VIOLATION = "the first violation found"
 
 
 class StateSpace(Protocol):
@@ -120,14 +125,20 @@ class Report:
         """Return whether no invariant broke and (if checked) liveness held."""
         return not self.violations and self.stuck is None
 
+    @property
+    def partial(self) -> bool:
+        """Return whether the search stopped before it had covered every state (a limit, a signal, a violation)."""
+        return self.stopped is not None
+
 
 def search(xp: StateSpace, symmetry: bool, liveness: bool, progress: Callable[[int, int, float], None] | None,
            on_phase: Callable[[str], None] | None, max_states: int | None = None,
-           stop: Callable[[], str | None] | None = None) -> Report:
+           stop: Callable[[], str | None] | None = None, first_violation: bool = False) -> Report:
     """Search every state ``xp`` reaches from the empty engine; return the report (pure: no I/O).
 
-    ``max_states`` stops the search once that many states are known; ``stop()`` (asked every ``TICK`` states)
-    stops it when it returns a reason. Either way no liveness is checked and the report says why it stopped.
+    ``max_states`` stops the search once that many states are known; ``stop()`` (asked every ``ASK_EVERY`` states)
+    stops it when it returns a reason; ``first_violation`` once a state's successors broke an invariant (what TLC
+    does by default). Any way, no liveness is checked and the report says why it stopped.
     """
     bound = xp.bound
     start = time.perf_counter()
@@ -217,8 +228,11 @@ def search(xp: StateSpace, symmetry: bool, liveness: bool, progress: Callable[[i
                 edges += 1
                 _edge(sid, 0, step, nxt, violations, is_progress(step))
         sid += 1
-        if sid % TICK == 0:
-            if progress is not None:  # the caller decides how often to show it
+        if first_violation and found:
+            stopped = FIRST_VIOLATION
+            break
+        if sid % ASK_EVERY == 0:
+            if progress is not None and sid % TICK == 0:  # the caller decides how often to show it
                 progress(len(states), edges, time.perf_counter() - start)
             if stop is not None:
                 stopped = stop()

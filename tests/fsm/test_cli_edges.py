@@ -26,6 +26,7 @@ from omni_fsm import cli as fsm_cli
 from omni_fsm import events as ev
 from omni_fsm import observations as ob
 from omni_fsm.cli import main as cli_main
+from omni_fsm.cli.limits import Limits
 from omni_fsm.invariants import Monitor
 from omni_fsm.trace import TraceWriter, read_trace, write_trace
 
@@ -103,18 +104,30 @@ def test_check_interrupted_says_one_line_and_exits_130(fifo: Path, signum: signa
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
-def test_explore_interrupted_says_one_line_exits_130_and_writes_nothing(tmp_path: Path,
-                                                                       signum: signal.Signals) -> None:
+def test_explore_interrupted_ends_with_its_partial_report_and_exit_4(tmp_path: Path, signum: signal.Signals) -> None:
+    """The first Ctrl-C or SIGTERM ends the search with the report so far, said partial (exit 4, no trace: no
+    violation was found); the second one ends it at once (the other commands' exit 130)."""
     out = tmp_path / "out"
     proc = subprocess.Popen([*OMNI_FSM, "explore", "--out", str(out)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, preexec_fn=ctrl_c_default)  # the default bound: ~10 s
+                            stderr=subprocess.PIPE, text=True, preexec_fn=ctrl_c_default)  # the default bound: ~20 s
     wait_until(out.is_dir, "--out to be created (the search starts right after)")
     time.sleep(0.3)
     proc.send_signal(signum)
     code, stdout, stderr = finish(proc)
-    assert (code, stdout, stderr.splitlines()[-1]) == (130, "", "omni-fsm explore: interrupted")
-    assert all(line.startswith(("estimate: ", "exploring: ")) for line in stderr.splitlines()[:-1]), stderr
+    said = {signal.SIGINT: "Ctrl-C (SIGINT)", signal.SIGTERM: "SIGTERM"}[signum]
+    assert code == 4, stderr
+    assert f"stopped early: interrupted by {said}; covered " in stdout and "\npartial: " in stdout, stdout
+    assert stdout.splitlines()[-1].startswith("explore: states=") and stdout.endswith(" partial=yes\n")
+    assert all(line.startswith(("estimate: ", "exploring: ")) for line in stderr.splitlines()), stderr
     assert list(out.iterdir()) == []
+
+
+def test_a_second_signal_does_not_wait_for_the_search() -> None:
+    limits = Limits()
+    limits._signalled(signal.SIGINT, None)
+    assert limits() == "interrupted by Ctrl-C (SIGINT)"
+    with pytest.raises(KeyboardInterrupt):
+        limits._signalled(signal.SIGTERM, None)
 
 
 def test_trace_write_interrupted_leaves_the_path_as_it_was(tmp_path: Path) -> None:

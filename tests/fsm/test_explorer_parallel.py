@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from omni_fsm.cli import main as cli_main
-from omni_fsm.cli.explore import _children
+from omni_fsm.cli.limits import _children
 from omni_fsm.errors import InternalError
 from omni_fsm.explore.explorer import Bound, Explorer, Report, UnsoundReduction, explore
 from omni_fsm.explore.parallel import parallel_search
@@ -168,7 +168,8 @@ def test_the_cli_refuses_a_negative_worker_count(capsys: Any) -> None:
 
 def test_max_memory_counts_the_workers_and_stops_cleanly(capsys: Any, tmp_path: Path) -> None:
     before = set(_children())
-    assert cli_main(["explore", "--requests", "2", "--max-memory", "1M", "--workers", "2", "--out", str(tmp_path)]) == 0
+    assert cli_main(["explore", "--requests", "2", "--max-memory", "1M", "--workers", "2", "--out", str(tmp_path)]) == 4
     out = capsys.readouterr().out
-    assert "stopped early: --max-memory 1 MiB reached" in out and out.splitlines()[-1].endswith(" workers=2")
+    assert "stopped early: --max-memory 1 MiB reached" in out
+    assert out.splitlines()[-1].endswith(" workers=2 partial=yes")
     assert set(_children()) == before

@@ -15,7 +15,7 @@ import omni_fsm.explore.explorer as explorer_module
 from omni_fsm.cli import main as cli_main
 from omni_fsm.engine.core import Lifecycle
 from omni_fsm.explore.explorer import Bound, Explorer, UnsoundReduction, explore
-from omni_fsm.explore.search import search
+from omni_fsm.explore.search import ASK_EVERY, search
 from omni_fsm.invariants import Monitor
 
 from . import faults
@@ -83,8 +83,30 @@ def test_a_reduction_that_disagrees_with_the_whole_state_stops_the_run(monkeypat
     """An abstraction that forgets the engine part entirely reuses steps where they do not hold: the sample
     check sees it and raises, rather than the run reporting what it did not compute."""
     monkeypatch.setattr(Explorer, "_abstract", lambda self, gid: 0)
-    with pytest.raises(UnsoundReduction, match=r"^the reduction disagrees with the whole-state computation at state"):
+    with pytest.raises(UnsoundReduction, match=r"^the reduction disagrees with the whole-state computation at state"
+                       ) as err:  # fmt: skip
         explore(Bound(requests=2, stages=1, capacity=1, families=SMALL | {"control"}), liveness=False)
+    said = str(err.value).splitlines()
+    # the successor states that differ are shown: each side's, as the core's and the monitor's facts
+    assert said[0].endswith("engine.slots_used=(1,), engine.sleep_level=0, engine.sleep_tags=frozenset(), "
+                            "engine.pending_rpcs=(), monitor.engine=RUNNING, monitor.slots=(1,), monitor.rpcs=(), "
+                            "monitor.stopped=0, request 0.state=PREEMPTED, view 0.stage=0, view 0.status=PREEMPTED, "
+                            "request 1.state=RUNNING, view 1.stage=0, view 1.status=RUNNING, view 1.slot=0"), said[0]
+    assert re.fullmatch(r"  reduced: \(\d+, \d+, \d+\): engine.state=RUNNING, engine.slots_used=\(2,\), .*"
+                        r"request 0.state=RUNNING, .*", said[1]), said[1]
+    assert said[2:] == ["  whole: none (the core refused the step)", "  explore with --no-reduction"]
+
+
+def test_an_unsound_reduction_shows_what_differs_between_the_successors() -> None:
+    xp = Explorer(Bound(requests=2, stages=1, capacity=1, families=SMALL))
+    state = xp.initial()
+    (family, step, nxt, violations, _), *_ = xp.full_successors(state)
+    other = next(n for _, _, n, _, _ in xp.full_successors(nxt) if n != nxt)
+    with pytest.raises(UnsoundReduction) as err:
+        xp._unsound(state, {(family, step, other): frozenset()}, {(family, step, nxt): frozenset(violations)})
+    said = str(err.value)
+    assert f"\n  reduced: {other}: " in said and f"\n  whole: {nxt}: " in said
+    assert "\n  they differ in " in said and "request 0.state: reduced " in said, said
 
 
 def test_every_core_and_monitor_call_is_counted(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -132,16 +154,18 @@ def _violation() -> Any:
 def test_max_states_stops_cleanly_and_says_what_it_covered(capsys: Any, tmp_path: Path) -> None:
     code = cli_main(["explore", "--requests", "2", "--max-states", "500", "--out", str(tmp_path)])
     out = capsys.readouterr().out
-    assert code == 0
+    assert code == 4  # partial: a code of its own
     assert re.search(r"stopped early: --max-states 500 reached; covered 5\d\d states, every history of up to \d+ "
                      r"steps; liveness not checked", out), out
-    assert out.splitlines()[-1].startswith("explore: states=5")
+    assert re.search(r"\npartial: 5\d\d states, [\d,]+ edges, [\d,]+ evaluations, 0 violations found so far, about "
+                     r"\d+% of the estimated [\d,]+ states\n", out), out
+    assert out.splitlines()[-1].startswith("explore: states=5") and out.splitlines()[-1].endswith(" partial=yes")
 
 
 def test_max_memory_stops_cleanly(capsys: Any, tmp_path: Path) -> None:
     code = cli_main(["explore", "--requests", "2", "--max-memory", "1M", "--out", str(tmp_path)])
     out = capsys.readouterr().out
-    assert code == 0 and "stopped early: --max-memory 1 MiB reached" in out, out
+    assert code == 4 and "stopped early: --max-memory 1 MiB reached" in out, out
     assert "liveness not checked" in out
 
 
@@ -164,4 +188,4 @@ def test_a_memory_limit_that_is_not_one_is_refused(capsys: Any, size: str) -> No
 def test_search_stops_at_a_reason_the_caller_gives() -> None:
     xp = Explorer(Bound(requests=2))
     report = search(xp, False, True, None, None, None, lambda: "enough")
-    assert report.stopped == "enough" and not report.liveness_checked and report.states >= 4096
+    assert report.stopped == "enough" and not report.liveness_checked and report.states >= ASK_EVERY

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-import omni_fsm.cli.explore as explore_cli
+import omni_fsm.cli.explore_report as explore_report
 import omni_fsm.trace.check as tracecheck
 from omni_fsm import Lifecycle, StageKind
 from omni_fsm import events as ev
@@ -89,7 +89,7 @@ def test_no_line_for_a_quick_run() -> None:
 
 def test_explore_cli_writes_plain_progress_lines_to_a_non_terminal(
         capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
-    monkeypatch.setattr(explore_cli, "PROGRESS_EVERY", 0.02)
+    monkeypatch.setattr(explore_report, "PROGRESS_EVERY", 0.02)
     assert cli_main(["explore", "--requests", "2", "--stages", "1"]) == 0
     out, err = capsys.readouterr()
     assert err and "\r" not in err
