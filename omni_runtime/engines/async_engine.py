@@ -34,7 +34,7 @@ from omni_runtime.core.pipeline import Pipeline, require_pipeline
 from omni_runtime.core.prompts import Prompt
 from omni_runtime.core.results import RequestResult, as_batch, request_result
 from omni_runtime.core.translation import StepHook
-from omni_runtime.engines.host import Host, Listener
+from omni_runtime.engines.host import STALL_TIMEOUT_S, Host, Listener
 from omni_runtime.engines.watchdog import Watchdog, no_progress
 from omni_runtime.errors import ConfigError, EngineNotRunning, NoProgress, OmniRuntimeError, RpcError
 from omni_runtime.registry import runtime
@@ -48,20 +48,23 @@ class AsyncEngine:
     ``results = await engine.generate([prompt, ...])``: one ``RequestResult`` per prompt, in order.
 
     Listener errors are logged (logger ``omni_runtime``) when they happen and raised by ``shutdown()``.
-    ``max_idle_rounds``, ``max_silent_rounds`` and ``max_buffered`` bound waits and mailboxes as ``Engine``'s do.
+    ``max_idle_rounds``, ``max_silent_rounds``, ``max_buffered`` and ``stall_timeout_s`` bound waits, mailboxes and
+    a busy replica's silence as ``Engine``'s do.
     """
 
     def __init__(self, pipeline: Pipeline, runtimes: Sequence[Sequence[rp.StageRuntime]] | None = None, *,
                  loop: str = EVENT, seed: int = 0, spec: Spec = SPEC, on_step: StepHook | None = None,
                  poll_interval: float = 0.001, max_idle_rounds: int = 1000, max_silent_rounds: int | None = None,
-                 max_buffered: int | None = 10_000) -> None:  # fmt: skip
+                 max_buffered: int | None = 10_000,
+                 stall_timeout_s: float | None = STALL_TIMEOUT_S) -> None:  # fmt: skip
         pipeline = require_pipeline(pipeline, "AsyncEngine")
         if loop not in (EVENT, POLL):
             raise ConfigError(f"loop must be {EVENT!r} or {POLL!r}, not {loop!r}")
         self._watchdog = Watchdog(max_idle_rounds, max_silent_rounds)
         if runtimes is None:  # the default runtime, by name: the driver imports none
             runtimes = runtime()(pipeline, seed)
-        self.host = Host(pipeline, runtimes, spec=spec, on_step=on_step, max_buffered=max_buffered)
+        self.host = Host(pipeline, runtimes, spec=spec, on_step=on_step, max_buffered=max_buffered,
+                         stall_timeout_s=stall_timeout_s)  # fmt: skip
         self.mode, self.poll_interval = loop, poll_interval
         self.max_silent_rounds = max_silent_rounds
         self._blocked: set[int] = set()  #: readers waiting for a message now
