@@ -83,6 +83,7 @@ class Host:
         self.pending: deque[cmd.Command] = deque()
         self.reports_taken = 0  #: reports handed to the orchestrator (the drivers' watchdogs measure progress by it)
         self.runtimes_busy = False  #: whether a runtime said it has work left in the last ``pump``
+        self.replicas_stalled = 0  #: replicas lost because they stalled (``stall_timeout_s``)
         self._executing = False
         self._shutdown_due = False  #: the engine died: shut down once the queued commands are carried out
         self._death_logged = False  #: why the engine died was logged (by ``fail_engine``'s caller)
@@ -335,6 +336,7 @@ class Host:
         cause = f"it stalled: busy but no report for {self.stall.stall_timeout_s:g} s (stall_timeout_s)"
         _log.error("replica %d/%d is lost: %s", stage, replica, cause)
         self.history.append(f"runtime {stage}/{replica} stalled")
+        self.replicas_stalled += 1
         orchestrator.replica_failing(stage, replica, cause)
         self._sinks[stage][replica](rp.ReplicaDied())
         return False
