@@ -30,6 +30,7 @@ from omni_runtime.core.prompts import Prompt
 from omni_runtime.core.results import RequestResult, as_batch, request_result
 from omni_runtime.core.translation import StepHook
 from omni_runtime.engines.host import STALL_TIMEOUT_S, Host, Listener
+from omni_runtime.engines.tracing import TraceTarget, finish_trace, open_trace, recording
 from omni_runtime.engines.watchdog import Watchdog, no_progress
 from omni_runtime.errors import OmniRuntimeError, RpcError
 from omni_runtime.registry import runtime
@@ -43,20 +44,28 @@ class Engine:
     while a runtime says it is busy and nothing is reported; ``max_buffered`` (``None``: no limit): how
     many unread messages a request's mailbox holds before the request is aborted ("consumer stalled");
     ``stall_timeout_s`` (``None``: no limit): how long a replica that says it is busy and holds requests may report
-    nothing before it is lost, its requests failed naming the stall (not while the engine is paused or asleep).
+    nothing before it is lost, its requests failed naming the stall (not while the engine is paused or asleep);
+    ``trace``: a path (or an ``omni_fsm.trace.TraceWriter``) to record the run's trace to, the end marker written
+    by ``shutdown()`` (``omni_runtime.engines.tracing``).
     """
 
     def __init__(self, pipeline: Pipeline, runtimes: Sequence[Sequence[rp.StageRuntime]] | None = None, *,
                  seed: int = 0, spec: Spec = SPEC, on_step: StepHook | None = None,
                  max_idle_rounds: int = 1000, max_silent_rounds: int | None = None,
                  max_buffered: int | None = 10_000,
-                 stall_timeout_s: float | None = STALL_TIMEOUT_S) -> None:  # fmt: skip
+                 stall_timeout_s: float | None = STALL_TIMEOUT_S, trace: TraceTarget = None) -> None:  # fmt: skip
         pipeline = require_pipeline(pipeline, "Engine")
         Watchdog(max_idle_rounds, max_silent_rounds)  # checks the bounds before anything starts
         if runtimes is None:  # the default runtime, by name: the driver imports none
             runtimes = runtime()(pipeline, seed)
-        self.host = Host(pipeline, runtimes, spec=spec, on_step=on_step, max_buffered=max_buffered,
-                         stall_timeout_s=stall_timeout_s)  # fmt: skip
+        self.trace = open_trace(trace, pipeline, None)  #: the writer of the run's trace (``None``: none)
+        try:
+            self.host = Host(pipeline, runtimes, spec=spec, on_step=recording(self.trace, on_step),
+                             max_buffered=max_buffered, stall_timeout_s=stall_timeout_s)  # fmt: skip
+        except BaseException:
+            if self.trace is not None:
+                self.trace.close()
+            raise
         self.host.stall.stop()  # nothing steps the runtimes until a wait does
         self.max_idle_rounds = max_idle_rounds
         self.max_silent_rounds = max_silent_rounds
@@ -203,9 +212,14 @@ class Engine:
         """Every open request gets its terminal; the orchestrator stops, then the runtimes; idempotent.
 
         Raises ``OmniRuntimeError`` for runtimes that failed to shut down, else for an ``on_step`` hook
-        and listeners that raised and were not reported yet (by ``run_until_idle``).
+        and listeners that raised and were not reported yet (by ``run_until_idle``). The trace, if one is recorded,
+        gets its end marker.
         """
-        self.host.shutdown()
+        try:
+            self.host.shutdown()
+        finally:
+            writer, self.trace = self.trace, None
+            finish_trace(writer, self.host.orchestrator_stopped)
         self._raise_unreported()
 
     def _raise_unreported(self) -> None:
