@@ -395,6 +395,12 @@ class TraceWriter:
             _discard(self._stream, self._temp)
             raise
 
+    def keep_incomplete(self) -> None:
+        """Put what was written so far in place without the end marker (the run ended early): an incomplete trace,
+        which ``omni-fsm check --allow-incomplete`` judges; nothing once ended or closed, or before the header."""
+        if self._header_written and not (self._ended or self._closed):
+            self._publish()
+
     def close(self) -> None:
         """Flush a stream; for a path, remove the temporary file unless ``end`` already put it in place."""
         if self._owned is not None:  # a FIFO or device: nothing to remove, just let go of it

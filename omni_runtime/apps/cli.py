@@ -1,8 +1,7 @@
 """``omni-run``: run a pipeline on a runtime under a random workload; check every step.
 
 Every (event, outputs) step of the lifecycle goes to ``omni_fsm``'s invariant ``Monitor`` and to
-a trace (``omni-fsm check`` reads it). Exit codes: 0 clean; 1 invariant violations; 2 bad input
-(``FILE:LINE: reason``) or a trace that could not be written; 130 interrupted (Ctrl-C, SIGTERM).
+a trace (``omni-fsm check`` reads it). Exit codes: ``EXIT_CODES`` (also in ``--help``).
 """
 
 from __future__ import annotations
@@ -19,10 +18,11 @@ from typing import Any, NoReturn
 from omni_fsm import StageKind
 from omni_fsm.cli.interrupt import interruptible
 from omni_runtime import registry
-from omni_runtime.apps.workload import DemoReport, WorkloadOptions, replica_deaths, run_demo
+from omni_runtime.apps.workload import DemoReport, RunFailed, WorkloadOptions, replica_deaths, run_demo
 from omni_runtime.core.pipeline import Pipeline, custom_resources, example_pipeline, load_pipeline
 from omni_runtime.core.protocol import RuntimeFactory, StageRuntime, build_runtimes
 from omni_runtime.engines.async_engine import EVENT, POLL
+from omni_runtime.engines.host import STALL_TIMEOUT_S
 from omni_runtime.errors import ConfigError, OmniRuntimeError, OptionError, PipelineError
 from omni_runtime.registry import load_factory
 
@@ -31,8 +31,37 @@ RUNTIMES = ("sim", "vllm", "diffusers", "ray")
 EXAMPLE_FOR = {"sim": "pipeline", "vllm": "vllm_pipeline", "diffusers": "diffusion_pipeline", "ray": "ray_pipeline"}
 
 
-#: A failed run writes no trace: the writer puts the file in place only after its end marker.
+CLEAN, VIOLATIONS, BAD_INPUT, RUN_FAILED, STALLED = 0, 1, 2, 3, 4  #: the exit codes (and INTERRUPTED, 130)
+EXIT_CODES = """exit codes:
+  0    clean: every invariant holds over the whole run
+  1    invariant violations
+  2    bad input (the pipeline file, an option, the runtime factory) or a trace that could not be written;
+       no new trace is written
+  3    the run failed (the engine died, a wait gave up); the trace so far is kept without its end marker
+       (check it with: omni-fsm check --allow-incomplete TRACE)
+  4    a replica stalled: it said it was busy and reported nothing for --stall-timeout seconds (it is lost,
+       its requests failed); the run may have ended (then its trace is whole) or failed (then as 3)
+  130  interrupted (Ctrl-C, SIGTERM); the trace so far is kept as for 3, if the run had started"""
+
+#: A run that fails before it starts, or whose trace could not be written, writes no trace.
 _NO_NEW_TRACE = " (no new trace written; {trace} keeps what it held before)"
+#: A run that fails or is interrupted once started keeps its trace so far, without the end marker.
+_INCOMPLETE = " (the trace so far is in {trace}, incomplete: check it with omni-fsm check --allow-incomplete {trace})"
+
+
+class _Formatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """Option defaults in the help, and the exit codes' table as written."""
+
+
+def _seconds(text: str) -> float | None:
+    """Return the argparse type of ``--stall-timeout``: seconds >= 0, where 0 is no bound (``None``)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a number of seconds >= 0 (0: no bound), got {text!r}")
+    return value or None
 
 
 def _integer(text: str) -> int:
@@ -70,8 +99,8 @@ def _argument_error(parser: argparse.ArgumentParser, exc: OptionError) -> NoRetu
 
 def build_parser() -> argparse.ArgumentParser:
     """Return the argument parser."""
-    p = argparse.ArgumentParser(prog="omni-run", description=__doc__.splitlines()[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p = argparse.ArgumentParser(prog="omni-run", description=__doc__.splitlines()[0], epilog=EXIT_CODES,
+                                formatter_class=_Formatter)  # fmt: skip
     # SUPPRESS: no pipeline given leaves the attribute unset (the example depends on --runtime)
     p.add_argument("pipeline", nargs="?", default=argparse.SUPPRESS,
                    help="pipeline TOML file (default: the example that ships with the package, "
@@ -99,6 +128,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="random seed (any integer)")
     p.add_argument("--loop", choices=(EVENT, POLL), default=EVENT, help="the driver's loop")
     p.add_argument("--trace", default="omni-run.trace.jsonl", help="where to write the run's trace")
+    p.add_argument("--stall-timeout", type=_seconds, default=STALL_TIMEOUT_S, metavar="SECONDS",
+                   help="a replica that says it is busy and reports nothing this long while it holds requests is "
+                        "lost, its requests failed (exit 4); 0: no bound")  # fmt: skip
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     return p
 
@@ -111,7 +143,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         options = WorkloadOptions(
             requests=args.requests, concurrency=args.concurrency, abort_rate=args.abort_rate,
             fault_rate=args.fault_rate, parallel_rate=args.parallel_rate, companion_rate=args.companion_rate,
-            replica_deaths=args.replica_deaths, seed=args.seed, loop=args.loop,
+            replica_deaths=args.replica_deaths, seed=args.seed, loop=args.loop, stall_timeout_s=args.stall_timeout,
         )  # fmt: skip
     except OptionError as exc:
         _argument_error(parser, exc)
@@ -138,8 +170,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     progress = None if args.no_progress else _progress_bar(options.requests)
     before = _identity(args.trace)
 
-    def why() -> str:  # the writer replaces the file in one step: a new one means the trace was written
-        return "" if _identity(args.trace) != before else _NO_NEW_TRACE.format(trace=args.trace)
+    def why() -> str:  # the writer replaces the file in one step: a new one means the trace (so far) was written
+        if _identity(args.trace) == before:
+            return _NO_NEW_TRACE.format(trace=args.trace)
+        return "" if _whole(args.trace) else _INCOMPLETE.format(trace=args.trace)
 
     def run() -> int:
         runtimes = None
@@ -179,12 +213,25 @@ def _identity(path: str) -> tuple[int, int, int] | None:
     return found.st_ino, found.st_mtime_ns, found.st_size
 
 
+def _whole(path: str) -> bool:
+    """Return whether the trace at ``path`` ends with its end marker (the line ``TraceWriter.end`` writes)."""
+    try:
+        with open(path, "rb") as trace:
+            trace.seek(max(0, os.fstat(trace.fileno()).st_size - 64))
+            return trace.read().rstrip().endswith(b'{"end":true}')
+    except OSError:
+        return False
+
+
 def _run(pipeline: Pipeline, options: WorkloadOptions, trace: str, progress: Callable[[int], None] | None,
          runtimes: Any = None) -> int:  # fmt: skip
     try:
         report = asyncio.run(_until_terminated(run_demo(pipeline, options, trace, progress, runtimes)))
     except asyncio.CancelledError:  # SIGTERM cancelled the run: every ``finally`` on the way ran
         raise KeyboardInterrupt from None
+    except RunFailed as exc:  # the run started, then failed: its trace so far is kept
+        print(f"omni-run: the run failed: {exc}{_INCOMPLETE.format(trace=trace)}", file=sys.stderr)
+        return STALLED if exc.stalled else RUN_FAILED
     except OmniRuntimeError as exc:
         print(f"omni-run: {exc}{_NO_NEW_TRACE.format(trace=trace)}", file=sys.stderr)
         return 2
@@ -192,7 +239,9 @@ def _run(pipeline: Pipeline, options: WorkloadOptions, trace: str, progress: Cal
         print(f"omni-run: {trace}: {exc.strerror or exc}{_NO_NEW_TRACE.format(trace=trace)}", file=sys.stderr)
         return 2
     print(render(report, trace))
-    return 1 if report.violations else 0
+    if report.violations:
+        return VIOLATIONS
+    return STALLED if report.faults.get("replicas_stalled") else CLEAN
 
 
 async def _until_terminated(run: Coroutine[Any, Any, DemoReport]) -> DemoReport:

@@ -27,7 +27,8 @@ from omni_runtime.core.pipeline import Pipeline, require_pipeline
 from omni_runtime.core.prompts import Prompt, Sampling
 from omni_runtime.core.protocol import StageRuntime
 from omni_runtime.engines.async_engine import EVENT, POLL, AsyncEngine
-from omni_runtime.errors import ConfigError, OptionError, RpcError
+from omni_runtime.engines.host import STALL_TIMEOUT_S
+from omni_runtime.errors import ConfigError, OmniRuntimeError, OptionError, RpcError
 
 
 def _integer(value: Any) -> bool:
@@ -61,6 +62,12 @@ def _loop(options: Any, attribute: Any, value: Any) -> None:
         raise OptionError((attribute.name,), f"must be {EVENT!r} or {POLL!r}, got {value!r}")
 
 
+def _stall_timeout(options: Any, attribute: Any, value: Any) -> None:
+    if value is not None and (not isinstance(value, int | float) or isinstance(value, bool) or not value > 0):
+        raise OptionError((attribute.name,), f"must be a number of seconds > 0 (0 on the command line: no bound), "
+                          f"got {value!r}")  # fmt: skip
+
+
 def _seed(options: Any, attribute: Any, value: Any) -> None:
     if not _integer(value):
         raise OptionError((attribute.name,), f"must be an integer, got {value!r}")
@@ -80,6 +87,8 @@ class WorkloadOptions:
     replica_deaths: int | None = attrs.field(default=None, validator=_deaths)
     seed: int = attrs.field(default=0, validator=_seed)
     loop: str = attrs.field(default=EVENT, validator=_loop)
+    #: a busy replica's silence, in seconds, past which it is lost (``None``: no bound)
+    stall_timeout_s: float | None = attrs.field(default=STALL_TIMEOUT_S, validator=_stall_timeout)
 
     def __attrs_post_init__(self) -> None:
         if self.parallel_rate + self.companion_rate > 1.0:  # a request has n=2 or a companion, not both
@@ -101,6 +110,15 @@ class DemoReport:
     steps: int = 0
     checks: int = len(CHECKS)
     samples: list[tuple[str, str]] = attrs.field(factory=list)  #: (prompt, text) of a few finished requests
+
+
+class RunFailed(OmniRuntimeError):
+    """The run ended early (the engine died, a wait gave up, ...): the message says why; ``stalled``: replicas lost
+    to a stall; the trace so far is at its path, without the end marker (``omni-fsm check --allow-incomplete``)."""
+
+    def __init__(self, why: str, stalled: int) -> None:
+        super().__init__(why)
+        self.stalled = stalled
 
 
 class _Tally:
@@ -174,7 +192,9 @@ async def run_demo(pipeline: Pipeline, options: WorkloadOptions, trace_path: str
     A trace that cannot be written (disk full, file too large) stops being written; the run goes on
     to its end and then raises that ``OSError``. Whatever ends the run early, every client task is
     cancelled and the engine shut down while the trace is still open, and the trace's temporary file
-    is removed: ``trace_path`` keeps what it held before.
+    is removed: ``trace_path`` keeps what it held before. Whatever else ends it early (the engine died, a wait gave
+    up: ``RunFailed``; Ctrl-C or SIGTERM: the cancellation), the trace so far is put at ``trace_path`` without its
+    end marker, marked incomplete so.
     """
     pipeline = require_pipeline(pipeline, "run_demo")
     if not isinstance(options, WorkloadOptions):
@@ -204,7 +224,8 @@ async def run_demo(pipeline: Pipeline, options: WorkloadOptions, trace_path: str
                     unwritten.append(exc)
             tally.step(event, outputs)
 
-        engine = AsyncEngine(pipeline, runtimes, loop=options.loop, on_step=on_step)
+        engine = AsyncEngine(pipeline, runtimes, loop=options.loop, on_step=on_step,
+                             stall_timeout_s=options.stall_timeout_s)  # fmt: skip
         faults: Counter[str] = Counter()
         await engine.start()
         started_requests = done = 0
@@ -235,12 +256,23 @@ async def run_demo(pipeline: Pipeline, options: WorkloadOptions, trace_path: str
         tasks = [asyncio.create_task(client()) for _ in range(min(options.concurrency, options.requests))]
         tasks.append(asyncio.create_task(_control_plane(engine, rng, faults)))
         try:
-            await asyncio.gather(*tasks)
-        finally:  # a run that ends early leaves no task behind to talk to a closed trace
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-            await engine.shutdown()
+            try:
+                await asyncio.gather(*tasks)
+            finally:  # a run that ends early leaves no task behind to talk to a closed trace
+                for task in tasks:
+                    task.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
+                await engine.shutdown()
+        except BaseException as exc:  # the run ended early: the trace so far is kept, without its end marker
+            if not unwritten:
+                with contextlib.suppress(OSError):
+                    writer.keep_incomplete()
+            if isinstance(exc, OmniRuntimeError):
+                why, death = str(exc), engine.host.orchestrator.death
+                if death and death not in why:  # "the engine is shut down" says not why: its death does
+                    why = f"{why}: the engine died: {death}"
+                raise RunFailed(why, engine.host.replicas_stalled) from exc
+            raise
         if unwritten:
             raise unwritten[0]
         writer.end()
@@ -252,7 +284,8 @@ async def run_demo(pipeline: Pipeline, options: WorkloadOptions, trace_path: str
         report.stages[spec.name] = {"dispatched": tally.dispatched[s], "outputs": tally.outputs[s],
                                     "finished": tally.finished[s]}  # fmt: skip
     report.dropped = orch.counters()
-    report.faults = dict(sorted(faults.items())) | {"replicas_lost": sum(not up for st in orch.live for up in st)}
+    report.faults = dict(sorted(faults.items())) | {"replicas_lost": sum(not up for st in orch.live for up in st),
+                                                    "replicas_stalled": engine.host.replicas_stalled}  # fmt: skip
     report.held = orch.held_state()
     report.violations = [str(v) for v in monitor.violations]
     report.steps = monitor.steps

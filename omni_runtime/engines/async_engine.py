@@ -35,7 +35,8 @@ from omni_runtime.core.pipeline import Pipeline, require_pipeline
 from omni_runtime.core.prompts import Prompt
 from omni_runtime.core.results import RequestResult, as_batch, request_result
 from omni_runtime.core.translation import StepHook
-from omni_runtime.engines.host import Host, Listener
+from omni_runtime.engines.host import STALL_TIMEOUT_S, Host, Listener
+from omni_runtime.engines.tracing import TraceTarget, finish_trace, open_trace, recording
 from omni_runtime.engines.watchdog import Watchdog, no_progress
 from omni_runtime.errors import ConfigError, EngineNotRunning, NoProgress, OmniRuntimeError, RpcError
 
@@ -48,19 +49,23 @@ class AsyncEngine:
     ``results = await engine.generate([prompt, ...])``: one ``RequestResult`` per prompt, in order.
 
     Listener errors are logged (logger ``omni_runtime``) when they happen and raised by ``shutdown()``.
-    ``max_idle_rounds``, ``max_silent_rounds`` and ``max_buffered`` bound waits and mailboxes as ``Engine``'s do.
+    ``max_idle_rounds``, ``max_silent_rounds``, ``max_buffered`` and ``stall_timeout_s`` bound waits, mailboxes and
+    a busy replica's silence as ``Engine``'s do; ``trace`` records the run's trace as ``Engine``'s does (its header
+    names the loop).
     """
 
     def __init__(self, pipeline: Pipeline, runtimes: Sequence[Sequence[rp.StageRuntime]] | None = None, *,
                  loop: str = EVENT, seed: int = 0, spec: Spec = SPEC, on_step: StepHook | None = None,
                  poll_interval: float = 0.001, max_idle_rounds: int = 1000, max_silent_rounds: int | None = None,
-                 max_buffered: int | None = 10_000) -> None:  # fmt: skip
+                 max_buffered: int | None = 10_000,
+                 stall_timeout_s: float | None = STALL_TIMEOUT_S, trace: TraceTarget = None) -> None:  # fmt: skip
         pipeline = require_pipeline(pipeline, "AsyncEngine")
         if loop not in (EVENT, POLL):
             raise ConfigError(f"loop must be {EVENT!r} or {POLL!r}, not {loop!r}")
         self._watchdog = Watchdog(max_idle_rounds, max_silent_rounds)
         if runtimes is None:  # the default runtime, by name: the driver imports none
             runtimes = registry.runtimes(pipeline, seed=seed)
+        self.trace = open_trace(trace, pipeline, loop)  #: the writer of the run's trace (``None``: none)
         self.mode, self.poll_interval = loop, poll_interval
         self.max_silent_rounds = max_silent_rounds
         self._blocked: set[int] = set()  #: readers waiting for a message now
@@ -80,7 +85,13 @@ class AsyncEngine:
         self._failures: list[tuple[str, BaseException]] = []  #: other failures shutdown() raises: (text, cause)
         self._shut = False
         self._closing: asyncio.Task[None] | None = None  #: ends the loops, then the runtimes (once)
-        self.host = Host(pipeline, runtimes, spec=spec, on_step=on_step, max_buffered=max_buffered, driver=self)
+        try:
+            self.host = Host(pipeline, runtimes, spec=spec, on_step=recording(self.trace, on_step),
+                             max_buffered=max_buffered, driver=self, stall_timeout_s=stall_timeout_s)  # fmt: skip
+        except BaseException:
+            if self.trace is not None:
+                self.trace.close()
+            raise
         self._replicas = sum(len(r) for r in self.host.runtimes)
 
     # -- lifecycle of the loops -------------------------------------------------------------------
@@ -335,6 +346,8 @@ class AsyncEngine:
             self._failures.append((f"shutting down failed: {type(exc).__name__}: {exc}", exc))
         # shielded: a caller cancelled meanwhile leaves the runtimes' shutdown running, not half-done
         await asyncio.shield(self._closing_task())
+        writer, self.trace = self.trace, None
+        finish_trace(writer, self.host.orchestrator_stopped)
         self._raise_failures()
 
     def _raise_failures(self) -> None:

@@ -12,7 +12,9 @@ rounds in which every runtime was idle and nothing was reported that the orchest
 runtime that keeps saying it is busy but reports nothing (a scheduler deadlock, B4) is caught by
 ``max_silent_rounds``, when set: off by default, because a runtime may legitimately work a long time
 between reports (a diffusion sample of many steps, a wait for remote KV blocks). See
-``omni_runtime.engines.watchdog``: the asyncio driver counts the same rounds.
+``omni_runtime.engines.watchdog``: the asyncio driver counts the same rounds. A busy runtime's silence is
+bounded by time instead, on by default: past ``stall_timeout_s`` seconds its replica is lost and its requests
+fail naming the stall (the time between two waits, when nothing steps it, does not count).
 """
 
 from __future__ import annotations
@@ -28,7 +30,8 @@ from omni_runtime.core.pipeline import Pipeline, require_pipeline
 from omni_runtime.core.prompts import Prompt
 from omni_runtime.core.results import RequestResult, as_batch, request_result
 from omni_runtime.core.translation import StepHook
-from omni_runtime.engines.host import Host, Listener
+from omni_runtime.engines.host import STALL_TIMEOUT_S, Host, Listener
+from omni_runtime.engines.tracing import TraceTarget, finish_trace, open_trace, recording
 from omni_runtime.engines.watchdog import Watchdog, no_progress
 from omni_runtime.errors import OmniRuntimeError, RpcError
 
@@ -39,18 +42,31 @@ class Engine:
     ``max_idle_rounds``: how many pumping rounds in a row a wait goes on while every runtime is idle
     and nothing is reported; ``max_silent_rounds`` (``None``: no limit): how many rounds it goes on
     while a runtime says it is busy and nothing is reported; ``max_buffered`` (``None``: no limit): how
-    many unread messages a request's mailbox holds before the request is aborted ("consumer stalled").
+    many unread messages a request's mailbox holds before the request is aborted ("consumer stalled");
+    ``stall_timeout_s`` (``None``: no limit): how long a replica that says it is busy and holds requests may report
+    nothing before it is lost, its requests failed naming the stall (not while the engine is paused or asleep);
+    ``trace``: a path (or an ``omni_fsm.trace.TraceWriter``) to record the run's trace to, the end marker written
+    by ``shutdown()`` (``omni_runtime.engines.tracing``).
     """
 
     def __init__(self, pipeline: Pipeline, runtimes: Sequence[Sequence[rp.StageRuntime]] | None = None, *,
                  seed: int = 0, spec: Spec = SPEC, on_step: StepHook | None = None,
                  max_idle_rounds: int = 1000, max_silent_rounds: int | None = None,
-                 max_buffered: int | None = 10_000) -> None:  # fmt: skip
+                 max_buffered: int | None = 10_000,
+                 stall_timeout_s: float | None = STALL_TIMEOUT_S, trace: TraceTarget = None) -> None:  # fmt: skip
         pipeline = require_pipeline(pipeline, "Engine")
         Watchdog(max_idle_rounds, max_silent_rounds)  # checks the bounds before anything starts
         if runtimes is None:  # the default runtime, by name: the driver imports none
             runtimes = registry.runtimes(pipeline, seed=seed)
-        self.host = Host(pipeline, runtimes, spec=spec, on_step=on_step, max_buffered=max_buffered)
+        self.trace = open_trace(trace, pipeline, None)  #: the writer of the run's trace (``None``: none)
+        try:
+            self.host = Host(pipeline, runtimes, spec=spec, on_step=recording(self.trace, on_step),
+                             max_buffered=max_buffered, stall_timeout_s=stall_timeout_s)  # fmt: skip
+        except BaseException:
+            if self.trace is not None:
+                self.trace.close()
+            raise
+        self.host.stall.stop()  # nothing steps the runtimes until a wait does
         self.max_idle_rounds = max_idle_rounds
         self.max_silent_rounds = max_silent_rounds
 
@@ -178,23 +194,32 @@ class Engine:
         or keeps reporting only what the orchestrator drops for ``max_idle_rounds`` rounds.
         """
         host, idle, watchdog = self.host, 0, Watchdog(self.max_idle_rounds, self.max_silent_rounds)
-        while idle < 2:
-            before = host.progress()
-            moved = host.pump()
-            idle = 0 if moved else idle + 1
-            if moved:
-                why = watchdog.round(host.progress() != before, host.runtimes_busy)
-                if why is not None:
-                    raise no_progress(why, host.orchestrator)
+        host.stall.go()
+        try:
+            while idle < 2:
+                before = host.progress()
+                moved = host.pump()
+                idle = 0 if moved else idle + 1
+                if moved:
+                    why = watchdog.round(host.progress() != before, host.runtimes_busy)
+                    if why is not None:
+                        raise no_progress(why, host.orchestrator)
+        finally:
+            host.stall.stop()
         self._raise_unreported()
 
     def shutdown(self) -> None:
         """Every open request gets its terminal; the orchestrator stops, then the runtimes; idempotent.
 
         Raises ``OmniRuntimeError`` for runtimes that failed to shut down, else for an ``on_step`` hook
-        and listeners that raised and were not reported yet (by ``run_until_idle``).
+        and listeners that raised and were not reported yet (by ``run_until_idle``). The trace, if one is recorded,
+        gets its end marker.
         """
-        self.host.shutdown()
+        try:
+            self.host.shutdown()
+        finally:
+            writer, self.trace = self.trace, None
+            finish_trace(writer, self.host.orchestrator_stopped)
         self._raise_unreported()
 
     def _raise_unreported(self) -> None:
@@ -214,17 +239,23 @@ class Engine:
 
     def _pump_until(self, done: Callable[[], bool]) -> None:
         """Pump until ``done()``; raise ``NoProgress`` when the watchdog gives up (``engines/watchdog.py``)."""
+        if done():
+            return
         host, watchdog = self.host, Watchdog(self.max_idle_rounds, self.max_silent_rounds)
-        while not done():
-            before = host.progress()
-            host.pump()
-            if done():
-                return
-            if host.runtimes_stopped:
-                raise no_progress("the runtimes are shut down and the answer never came", host.orchestrator)
-            why = watchdog.round(host.progress() != before, host.runtimes_busy)
-            if why is not None:
-                raise no_progress(why, host.orchestrator)
+        host.stall.go()  # the time since the last wait is no replica's silence
+        try:
+            while not done():
+                before = host.progress()
+                host.pump()
+                if done():
+                    return
+                if host.runtimes_stopped:
+                    raise no_progress("the runtimes are shut down and the answer never came", host.orchestrator)
+                why = watchdog.round(host.progress() != before, host.runtimes_busy)
+                if why is not None:
+                    raise no_progress(why, host.orchestrator)
+        finally:
+            host.stall.stop()
 
     def __enter__(self) -> Engine:
         return self

@@ -12,6 +12,10 @@ then the runtimes (B9).
 A mailbox holds at most ``max_buffered`` messages: past that its consumer has stalled, and its request is
 aborted ("consumer stalled": its terminal's error), so that it holds no more memory; its messages until
 the terminal are dropped. Nothing else waits for a consumer: a stalled one delays no other request.
+
+A replica whose steps say it is busy while it holds requests and reports nothing for ``stall_timeout_s``
+seconds (``StallClock``; ``None``: no bound) is lost as one whose step raised: ``ReplicaDied``, its requests
+failed naming the stall. The engine paused or asleep (the client's own call) is not silence.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from omni_runtime.core.pipeline import Pipeline, require_pipeline
 from omni_runtime.core.prompts import Prompt
 from omni_runtime.core.translation import StepHook
 from omni_runtime.engines.host_driver import HostDriver
+from omni_runtime.engines.watchdog import StallClock
 from omni_runtime.errors import ConfigError, EngineNotRunning, OmniRuntimeError, RequestRefused
 
 Listener = Callable[[cmd.ClientMessage], None]
@@ -38,6 +43,9 @@ _log = logging.getLogger("omni_runtime")
 #: what ``fail_engine`` drops from the queue: work for the runtimes (deliveries and answers still go out)
 _RUNTIME_COMMANDS = (cmd.Dispatch, cmd.AbortAt, cmd.RpcCall)
 STALLED = "consumer stalled"  #: the error of the terminal of a request aborted because its mailbox was full
+STALL_TIMEOUT_S = 300.0  #: a replica's silence while busy that loses it, by default (as vLLM's execute-model bound)
+#: engine states the client's own call brought about: a replica's silence then is not a stall
+_CLIENT_HELD = (EngineState.PAUSED, EngineState.SLEEPING)
 
 
 class Pumped:
@@ -69,11 +77,13 @@ class Host:
 
     def __init__(self, pipeline: Pipeline, runtimes: Sequence[Sequence[rp.StageRuntime]], *, spec: Spec = SPEC,
                  on_step: StepHook | None = None, max_buffered: int | None = 10_000,
-                 driver: HostDriver | None = None) -> None:  # fmt: skip
+                 driver: HostDriver | None = None,
+                 stall_timeout_s: float | None = STALL_TIMEOUT_S) -> None:  # fmt: skip
         pipeline = require_pipeline(pipeline, "Host")
         if max_buffered is not None and (not isinstance(max_buffered, int) or isinstance(max_buffered, bool)
                                          or max_buffered < 1):  # fmt: skip
             raise ConfigError(f"max_buffered is an integer >= 1 or None, not {max_buffered!r}")
+        self.stall = StallClock(stall_timeout_s, [s.replicas for s in pipeline.stages])
         rp.check_runtimes(pipeline, runtimes)  # one line naming the position, before any runtime is bound
         self.pipeline = pipeline
         self.orchestrator = Orchestrator(pipeline, spec=spec, on_step=on_step)
@@ -94,6 +104,7 @@ class Host:
         self.pending: deque[cmd.Command] = deque()
         self.reports_taken = 0  #: reports handed to the orchestrator (the drivers' watchdogs measure progress by it)
         self.runtimes_busy = False  #: whether a runtime said it has work left in the last ``pump``
+        self.replicas_stalled = 0  #: replicas lost because they stalled (``stall_timeout_s``)
         self._executing = False
         self._shutdown_due = False  #: the engine died: shut down once the queued commands are carried out
         self._death_logged = False  #: why the engine died was logged (by ``fail_engine``'s caller)
@@ -112,11 +123,13 @@ class Host:
     def _sink(self, stage: int, replica: int, buffer: deque[rp.Report]) -> rp.ReportSink:
         """Return the sink of the runtime at ``stage``/``replica`` (a replaced one's keeps filling a buffer nobody
         reads: its late reports go nowhere)."""
+        silent_since = self.stall.since[stage]
 
         buffered = self.driver.report_buffered
 
         def sink(report: rp.Report) -> None:
             buffer.append(report)
+            silent_since[replica] = None
             buffered(stage, replica)
 
         return sink
@@ -242,6 +255,7 @@ class Host:
             orchestrator.live[stage][replica] = False  # still lost
             raise
         lost, self.runtimes[stage][replica] = self.runtimes[stage][replica], runtime
+        self.stall.since[stage][replica] = None
         self.buffers[stage][replica], self._sinks[stage][replica] = buffer, sink
         try:
             lost.shutdown()
@@ -323,12 +337,41 @@ class Host:
         if self.orchestrator_stopped or not self.orchestrator.live[stage][replica]:
             return False
         try:
-            return self.runtimes[stage][replica].step()
+            busy = self.runtimes[stage][replica].step()
         except Exception as exc:  # outside code: the replica is gone, its requests fail, nothing hangs
             self.history.append(f"runtime {stage}/{replica} raised in step: {type(exc).__name__}: {exc}")
             self.orchestrator.replica_failing(stage, replica, f"its step() raised {type(exc).__name__}: {exc}")
             self._sinks[stage][replica](rp.ReplicaDied())
             return False
+        if not busy:
+            self.stall.since[stage][replica] = None
+        elif self.stall.silent(stage, replica):
+            return self._stalled(stage, replica)
+        return busy
+
+    def _stalled(self, stage: int, replica: int) -> bool:
+        """The replica said it is busy and reported nothing past ``stall_timeout_s``: lose it if it holds requests the
+        runtimes owe an answer (not while the client's call holds them); return whether it is still busy."""
+        orchestrator = self.orchestrator
+        if orchestrator.lifecycle.engine.state in _CLIENT_HELD or not self._owes(stage, replica):
+            self.stall.since[stage][replica] = None  # not silence: its clock starts afresh
+            return True
+        cause = f"it stalled: busy but no report for {self.stall.stall_timeout_s:g} s (stall_timeout_s)"
+        _log.error("replica %d/%d is lost: %s", stage, replica, cause)
+        self.history.append(f"runtime {stage}/{replica} stalled")
+        self.replicas_stalled += 1
+        orchestrator.replica_failing(stage, replica, cause)
+        self._sinks[stage][replica](rp.ReplicaDied())
+        return False
+
+    def _owes(self, stage: int, replica: int) -> bool:
+        """Return whether the replica holds a request that waits for it (not for the client's next input part), or
+        an RPC call it has not answered."""
+        orchestrator, where = self.orchestrator, (stage, replica)
+        if any(where in call.waiting for call in orchestrator.routing.rpcs.values()):
+            return True
+        return any(route.stage == stage and route.replica == replica and not orchestrator.waits_for_client(rid)
+                   for rid, route in orchestrator.routes.items())  # fmt: skip
 
     def pump(self) -> bool:
         """One polling round: take reports, step the runtimes, take reports; return whether anything moved."""

@@ -10,10 +10,18 @@ it was busy (a deadlocked scheduler, B4; off by default because a runtime may wo
 reports). The error names what the orchestrator dropped or holds, which is usually why: reports under
 request ids it never gave, reports from a replica their request is not bound to, reports held for a
 ``seq`` that never came, the engine's death.
+
+Rounds bound a wait; ``StallClock`` bounds a replica's silence by time, on by default (``stall_timeout_s``,
+300 s, as vLLM's ``VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS``): a replica whose steps say it is busy while it holds
+requests and reports nothing for longer is lost (``ReplicaDied``, as a replica whose step raised), its
+requests ending failed with the stall named. Time while the engine is paused or asleep by the client's own
+call is not silence, nor time the driver does not step it (the synchronous engine between two waits).
 """
 
 from __future__ import annotations
 
+import time
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from omni_runtime.errors import ConfigError, NoProgress
@@ -58,6 +66,45 @@ class Watchdog:
             self.reset()
             return f"the runtimes are idle and the answer never came ({self.max_idle_rounds} rounds without a report)"
         return None
+
+
+class StallClock:
+    """Per replica, since when its steps say it is busy and it reported nothing; says when that passed the bound."""
+
+    __slots__ = ("since", "stall_timeout_s", "stopped_at")
+
+    def __init__(self, stall_timeout_s: float | None, replicas: Sequence[int]) -> None:
+        number = isinstance(stall_timeout_s, int | float) and not isinstance(stall_timeout_s, bool)
+        if stall_timeout_s is not None and not (number and stall_timeout_s > 0):
+            raise ConfigError(f"stall_timeout_s is a number of seconds > 0 or None, not {stall_timeout_s!r}")
+        self.stall_timeout_s = stall_timeout_s  #: ``None``: no bound
+        self.since: list[list[float | None]] = [[None] * n for n in replicas]  #: ``None``: not silent now
+        self.stopped_at: float | None = None  #: since when no driver steps the replicas (``stop``)
+
+    def silent(self, stage: int, replica: int) -> bool:
+        """A step of the replica said it is busy: return whether it has reported nothing for longer than the bound."""
+        if self.stall_timeout_s is None:
+            return False
+        row, now = self.since[stage], time.monotonic()
+        since = row[replica]
+        if since is None:
+            row[replica] = now
+            return False
+        return now - since > self.stall_timeout_s
+
+    def stop(self) -> None:
+        """No driver steps the replicas from now (the synchronous engine's wait ended): the time does not count."""
+        if self.stall_timeout_s is not None:
+            self.stopped_at = time.monotonic()
+
+    def go(self) -> None:
+        """A driver steps the replicas again: the time since ``stop`` is no replica's silence."""
+        if self.stopped_at is not None:
+            gap, self.stopped_at = time.monotonic() - self.stopped_at, None
+            for row in self.since:
+                for replica, since in enumerate(row):
+                    if since is not None:
+                        row[replica] = since + gap
 
 
 def no_progress(why: str, orchestrator: Orchestrator) -> NoProgress:

@@ -1,7 +1,8 @@
-"""omni-run ended from outside: one line, no traceback, and the trace path keeps what it held before.
+"""omni-run ended from outside: one line, no traceback, and the trace so far kept, marked incomplete.
 
-Ctrl-C and SIGTERM exit 130; a trace that cannot be written (here: a file size limit, as a full
-disk would) exits 2 naming the cause. In every case no temporary file is left beside the trace.
+Ctrl-C and SIGTERM exit 130 and keep the trace so far without its end marker; a trace that cannot be
+written (here: a file size limit, as a full disk would) exits 2 naming the cause, and the trace path
+keeps what it held before. In every case no temporary file is left beside the trace.
 A long run in a log (stderr not a terminal) says how far it got every few seconds.
 """
 
@@ -19,6 +20,7 @@ from typing import Any
 
 import pytest
 
+import omni_fsm.cli
 from omni_runtime.apps import cli
 from omni_runtime.apps.cli import _progress_bar, _until_terminated, main
 
@@ -41,8 +43,8 @@ def _default_ctrl_c() -> None:  # set, not inherited: pytest itself may run as a
 @pytest.mark.parametrize(("sig", "started"), [(signal.SIGINT, _default_ctrl_c), (signal.SIGTERM, _default_ctrl_c),
                                               (signal.SIGTERM, _ignore_ctrl_c)],
                          ids=["ctrl-c", "sigterm", "sigterm-with-ctrl-c-ignored"])  # fmt: skip
-def test_an_interrupted_run_says_so_in_one_line_and_leaves_the_trace_as_it_was(tmp_path: Path, sig: int,
-                                                                                started: Any) -> None:  # fmt: skip
+def test_an_interrupted_run_says_so_in_one_line_and_keeps_its_trace_so_far_marked_incomplete(
+        tmp_path: Path, sig: int, started: Any) -> None:  # fmt: skip
     trace = tmp_path / "run.jsonl"
     trace.write_text("prev\n")
     run = subprocess.Popen([*OMNI_RUN, EXAMPLE, "--requests", "100000", "--no-progress", "--trace", str(trace)],
@@ -59,9 +61,12 @@ def test_an_interrupted_run_says_so_in_one_line_and_leaves_the_trace_as_it_was(t
         run.kill()
         run.wait()
     assert run.returncode == 130, err
-    assert err == f"omni-run: interrupted (no new trace written; {trace} keeps what it held before)\n"
-    assert out == ""
-    assert trace.read_text() == "prev\n" and leftovers(tmp_path) == []
+    assert err == (f"omni-run: interrupted (the trace so far is in {trace}, incomplete: check it with omni-fsm "
+                   f"check --allow-incomplete {trace})\n")  # fmt: skip
+    assert out == "" and leftovers(tmp_path) == []
+    assert trace.read_text().startswith('{"omni_fsm_trace"')
+    assert omni_fsm.cli.main(["check", str(trace)]) == 4  # incomplete: no end marker
+    assert omni_fsm.cli.main(["check", "--allow-incomplete", str(trace)]) == 0
 
 
 def test_a_trace_that_cannot_be_written_is_named_in_one_line(tmp_path: Path) -> None:

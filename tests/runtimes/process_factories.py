@@ -96,3 +96,18 @@ def parent(mode: str) -> None:
 
 if __name__ == "__main__":
     parent(sys.argv[1])
+
+
+class BusyAndSilent(SimAR):
+    """The simulator, except that once given a request it says it is busy for ever and reports nothing (a stall)."""
+
+    def add_request(self, req_id, stage_input):
+        self.held = True
+
+    def step(self):
+        return getattr(self, "held", False)
+
+
+def busy_and_silent(spec, stage, replica):
+    """Return a ``BusyAndSilent`` (run in the child)."""
+    return BusyAndSilent(spec, stage, replica)
