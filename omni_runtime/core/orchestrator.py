@@ -134,14 +134,20 @@ class Orchestrator:
         """Ask to abort client request ``rid`` (the engine's id, or the client's own ``request_id``); return the abort
         call id (answered by ``AbortAnswer``).
 
-        Raises ``RequestRefused`` for a client's own id that no open request has (the request ended, and its id was
-        freed, or it never was): an engine id of an ended request is answered as an abort with nothing left to do.
+        A request that ended, whichever id names it, is answered as an abort with nothing left to do (``ok``). Raises
+        ``RequestRefused`` for an id no request ever had, an int or a str alike.
         """
+        routing = self.routing
         if isinstance(rid, str):
-            found = self.routing.by_request_id.get(rid)
+            found = routing.by_request_id.get(rid)
             if found is None:
-                raise RequestRefused(f"no open request has request id {rid!r:.80} (it ended, or never was)")
+                found = routing.ended_request_ids.get(rid)
+            if found is None:
+                raise RequestRefused(f"no request ever had request id {rid!r:.80}")
             rid = found
+        elif rid.__class__ is not int or not 0 <= rid < routing.next_rid:  # (an int subclass, a bool: no id)
+            raise RequestRefused(f"no request ever had id {rid!r:.80} (an abort names the engine's int id of a "
+                                 "request, or the request_id str it was given)")
         route = self.routes.get(rid)
         if route is not None and route.parent >= 0:
             raise RequestRefused(f"request {rid} is a sample or companion, not a client request")
@@ -155,7 +161,7 @@ class Orchestrator:
             if not callers[rid]:
                 del callers[rid]
             raise self._refusal(exc) from None
-        if rid not in self.routes:  # already ended (or never known): the abort has nothing left to do
+        if rid not in self.routes:  # already ended: the abort has nothing left to do
             for waiting in callers.pop(rid, []):
                 out.append(cmd.AbortAnswer(waiting, rid, True))
         return call, out

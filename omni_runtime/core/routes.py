@@ -94,9 +94,9 @@ NO_REPORT = ReportInHand()
 class Routing:
     """Every map the orchestrator keeps beside the lifecycle's records, and the ids it hands out."""
 
-    __slots__ = ("abort_callers", "aborts", "by_request_id", "cleanup_aborts", "death", "live", "loss_causes",
-                 "next_call", "next_rid", "pipeline", "request_ids", "round_robin", "routes", "rpcs", "stats",
-                 "unknown_id_last")  # fmt: skip
+    __slots__ = ("abort_callers", "aborts", "by_request_id", "cleanup_aborts", "death", "ended_request_ids", "live",
+                 "loss_causes", "next_call", "next_rid", "pipeline", "request_ids", "round_robin", "routes", "rpcs",
+                 "stats", "unknown_id_last")  # fmt: skip
 
     def __init__(self, pipeline: Pipeline) -> None:
         self.pipeline = pipeline
@@ -114,6 +114,8 @@ class Routing:
         #: the client's own ids of open client requests that have one, both ways (the core keeps int ids)
         self.request_ids: dict[int, str] = {}
         self.by_request_id: dict[str, int] = {}
+        #: the client's own ids of ended requests -> the last to have it: an abort under one is a no-op, not refused
+        self.ended_request_ids: dict[str, int] = {}
         self.loss_causes: dict[tuple[int, int], str] = {}  #: (stage, replica) -> why its ``ReplicaDied`` comes
         self.stats = Stats()
         self.death: str | None = None  #: why the engine died, where that is known (named by its fatal terminals)

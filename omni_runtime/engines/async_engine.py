@@ -470,8 +470,8 @@ class AsyncEngine:
         self.host.feed(rid, part, last)
 
     async def abort(self, rid: int | str) -> bool:
-        """Abort ``rid`` (the engine's id, or your own ``request_id``: ``RequestRefused`` when no open request has it);
-        return whether it took effect (``False``: the physical abort failed).
+        """Abort ``rid`` (the engine's id, or your own ``request_id``); return whether it took effect (``False``: the
+        physical abort failed; ``True`` for a request that ended). ``RequestRefused`` for an id no request ever had.
 
         After the engine stopped there is nothing left to abort: ``True``, as for a request that ended;
         after a ``shutdown()`` that failed to stop it, ``EngineNotRunning`` (no runtime would answer).
