@@ -48,6 +48,7 @@ def _refusing_kinds(factory: RuntimeFactory[StageRuntime]) -> RuntimeFactory[Sta
         except ConfigError as exc:
             raise KindRefused(spec.kind, exc) from None
 
+    made.__name__ = getattr(factory, "__name__", "runtime")  # the machine is named after the runtime's factory
     return made
 
 
