@@ -51,7 +51,7 @@ class Host:
             raise ConfigError(f"max_buffered is an integer >= 1 or None, not {max_buffered!r}")
         rp.check_runtimes(pipeline, runtimes)  # one line naming the position, before any runtime is bound
         self.pipeline = pipeline
-        self.orchestrator = Orchestrator(pipeline, spec=spec, on_step=on_step)
+        self.orchestrator = Orchestrator(pipeline, spec=spec, on_step=on_step, vocab_size=rp.vocab_size(runtimes[0]))
         self.runtimes = [list(r) for r in runtimes]
         self.buffers: list[list[deque[rp.Report]]] = [[deque() for _ in r] for r in runtimes]
         self.mailboxes: dict[int, deque[cmd.ClientMessage]] = {}
@@ -135,6 +135,7 @@ class Host:
                                      f"{type(prompt).__name__}: {prompt!r:.80}{tip}")  # fmt: skip
             if prompt.streaming:
                 raise RequestRefused(f"prompt {index} of the list streams its input: submit it alone and feed it")
+            self.orchestrator.check_prompt(prompt, f"prompt {index} of the list")
             self.orchestrator.check_request_id(request_id)
             if request_id in given:
                 raise RequestRefused(f"request id {request_id!r} is given to two prompts of the list")
