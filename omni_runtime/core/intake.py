@@ -20,7 +20,7 @@ from omni_fsm import StopKind
 from omni_fsm import events as ev
 from omni_runtime.core import commands as cmd
 from omni_runtime.core import protocol as rp
-from omni_runtime.core.routes import ReportInHand, Route, Routing
+from omni_runtime.core.routes import FINISHES_KEPT, ReportInHand, Route, Routing
 from omni_runtime.core.translation import Commands, Translation
 from omni_runtime.errors import OmniRuntimeError
 
@@ -74,7 +74,11 @@ class Intake:
                 event = _event_of(rid, stage, report, kind, replica)
             except _Malformed:
                 event = ev.StageFailed(rid, stage, replica=replica)
-            return self.feed(event)
+            out = self.feed(event)
+            if self.routing.finished_by.get((rid, stage)) == replica:  # after its own Finished: a protocol break
+                self.stats.after_finished += 1
+                out.append(cmd.ReportAfterFinished(stage, replica, rid, type(report).__name__))
+            return out
         if route.replica != replica:
             self.stats.misrouted += 1
             return []
@@ -120,6 +124,10 @@ class Intake:
                     route.text = text if text_before is None else text_before + text
                 ctx.text = text
             elif kind is rp.Finished:
+                finished_by = self.routing.finished_by
+                finished_by[(rid, stage)] = route.replica
+                if len(finished_by) > FINISHES_KEPT:
+                    del finished_by[next(iter(finished_by))]
                 route.result = self.outputs[stage].finish(before, report.payload)  # type: ignore[attr-defined]
                 route.stop_reason = report.stop_reason  # type: ignore[attr-defined]
             elif kind is rp.Failed:

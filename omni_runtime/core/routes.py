@@ -46,9 +46,11 @@ class Route:
 class Stats:
     """What the orchestrator itself dropped (the lifecycle counts what it dropped)."""
 
-    __slots__ = ("duplicates", "misrouted", "unknown_ids", "unknown_results")
+    __slots__ = ("after_finished", "duplicates", "misrouted", "unknown_ids", "unknown_results")
 
     def __init__(self) -> None:
+        #: a per-request report from a replica after its own ``Finished`` of that request (a runtime's protocol break)
+        self.after_finished = 0
         self.duplicates = 0  #: a per-request report whose seq was already handled
         self.misrouted = 0  #: a report from a replica the request is not bound to
         self.unknown_ids = 0  #: a per-request report under an id the orchestrator never gave (``str(rid)``, say)
@@ -57,6 +59,10 @@ class Stats:
     def as_dict(self) -> dict[str, int]:
         """Return the counters by name."""
         return {name: getattr(self, name) for name in self.__slots__}
+
+
+#: how many recent stage finishes ``Routing.finished_by`` keeps (a report after its own ``Finished`` comes soon after)
+FINISHES_KEPT = 4096
 
 
 class Rpc:
@@ -94,9 +100,9 @@ NO_REPORT = ReportInHand()
 class Routing:
     """Every map the orchestrator keeps beside the lifecycle's records, and the ids it hands out."""
 
-    __slots__ = ("abort_callers", "aborts", "by_request_id", "cleanup_aborts", "death", "ended_request_ids", "live",
-                 "loss_causes", "next_call", "next_rid", "pipeline", "request_ids", "round_robin", "routes", "rpcs",
-                 "stats", "unknown_id_last")  # fmt: skip
+    __slots__ = ("abort_callers", "aborts", "by_request_id", "cleanup_aborts", "death", "ended_request_ids",
+                 "finished_by", "live", "loss_causes", "next_call", "next_rid", "pipeline", "request_ids",
+                 "round_robin", "routes", "rpcs", "stats", "unknown_id_last")  # fmt: skip
 
     def __init__(self, pipeline: Pipeline) -> None:
         self.pipeline = pipeline
@@ -116,6 +122,9 @@ class Routing:
         self.by_request_id: dict[str, int] = {}
         #: the client's own ids of ended requests -> the last to have it: an abort under one is a no-op, not refused
         self.ended_request_ids: dict[str, int] = {}
+        #: (rid, stage) -> the replica whose own ``Finished`` ended it there, for the latest ``FINISHES_KEPT``: a report
+        #: from that replica after it broke the runtime's protocol; any other late report is only late (ORCH-INV-107)
+        self.finished_by: dict[tuple[int, int], int] = {}
         self.loss_causes: dict[tuple[int, int], str] = {}  #: (stage, replica) -> why its ``ReplicaDied`` comes
         self.stats = Stats()
         self.death: str | None = None  #: why the engine died, where that is known (named by its fatal terminals)

@@ -379,6 +379,9 @@ class Host:
             self.history.append("orchestrator stopped")
         elif kind is cmd.StopRuntimes:
             self._stop_runtimes()
+        elif kind is cmd.ReportAfterFinished:
+            _log.warning("runtime %d/%d broke its protocol: %s about request %d after its own Finished of it (dropped)",
+                         c.stage, c.replica, c.what, c.rid)  # type: ignore[attr-defined]  # fmt: skip
 
     def _stop_runtimes(self) -> None:
         if not self._stopping_by_itself:
