@@ -20,7 +20,7 @@ from omni_fsm import StopKind
 from omni_fsm import events as ev
 from omni_runtime.core import commands as cmd
 from omni_runtime.core import protocol as rp
-from omni_runtime.core.routes import FINISHES_KEPT, ReportInHand, Route, Routing
+from omni_runtime.core.routes import ReportInHand, Route, Routing
 from omni_runtime.core.translation import Commands, Translation
 from omni_runtime.errors import OmniRuntimeError
 
@@ -75,7 +75,8 @@ class Intake:
             except _Malformed:
                 event = ev.StageFailed(rid, stage, replica=replica)
             out = self.feed(event)
-            if self.routing.finished_by.get((rid, stage)) == replica:  # after its own Finished: a protocol break
+            finished = self.routing.finished_at(rid, stage)
+            if finished is not None and finished[0] == replica and _after(report.seq, finished[1]):  # a protocol break
                 self.stats.after_finished += 1
                 out.append(cmd.ReportAfterFinished(stage, replica, rid, type(report).__name__))
             return out
@@ -124,10 +125,7 @@ class Intake:
                     route.text = text if text_before is None else text_before + text
                 ctx.text = text
             elif kind is rp.Finished:
-                finished_by = self.routing.finished_by
-                finished_by[(rid, stage)] = route.replica
-                if len(finished_by) > FINISHES_KEPT:
-                    del finished_by[next(iter(finished_by))]
+                self.routing.note_finish(rid, stage, route.replica, report.seq)
                 route.result = self.outputs[stage].finish(before, report.payload)  # type: ignore[attr-defined]
                 route.stop_reason = report.stop_reason  # type: ignore[attr-defined]
             elif kind is rp.Failed:
@@ -256,6 +254,12 @@ def _never_given(rid: Any, next_rid: int) -> bool:
         return not 0 <= operator.index(rid) < next_rid
     except TypeError:
         return True
+
+
+def _after(seq: Any, finished_seq: int) -> bool:
+    """Return whether ``seq`` comes after a ``Finished`` numbered ``finished_seq`` (a copy of an earlier report, the
+    ``Finished`` among them, is only a duplicate delivered late)."""
+    return seq.__class__ is int and seq > finished_seq
 
 
 def _without(command: cmd.Command, rid: int) -> cmd.Command:
