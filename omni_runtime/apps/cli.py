@@ -294,6 +294,9 @@ def render(report: DemoReport, trace: str) -> str:
         lines.append(f"stage {name}: " + _pairs(counts))
     lines.append("late events dropped: " + _pairs(report.dropped))
     lines.append("faults: " + _pairs(report.faults))
+    if report.dropped.get("after_finished"):
+        lines.append(f"runtime protocol broken: {report.dropped['after_finished']} report(s) after the runtime's own "
+                     "Finished of the request (dropped)")  # fmt: skip
     lines.append(f"state after drain: {_pairs(report.held)}")
     for prompt, text in report.samples:
         lines.append(f"text: {prompt!r} -> {text!r}")

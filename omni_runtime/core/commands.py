@@ -130,6 +130,17 @@ class EngineChanged(Command):
 
 
 @attrs.frozen(slots=True)
+class ReportAfterFinished(Command):
+    """Log it: runtime ``stage``/``replica`` reported ``what`` about request ``rid`` after its own ``Finished`` of it
+    (it broke its protocol; the report was dropped, and counted in ``counters()['after_finished']``)."""
+
+    stage: int
+    replica: int
+    rid: int
+    what: str
+
+
+@attrs.frozen(slots=True)
 class StopOrchestrator(Command):
     """The orchestrator has stopped: deliver what is queued, then stop the loop."""
 

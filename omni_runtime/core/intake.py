@@ -74,7 +74,12 @@ class Intake:
                 event = _event_of(rid, stage, report, kind, replica)
             except _Malformed:
                 event = ev.StageFailed(rid, stage, replica=replica)
-            return self.feed(event)
+            out = self.feed(event)
+            finished = self.routing.finished_at(rid, stage)
+            if finished is not None and finished[0] == replica and _after(report.seq, finished[1]):  # a protocol break
+                self.stats.after_finished += 1
+                out.append(cmd.ReportAfterFinished(stage, replica, rid, type(report).__name__))
+            return out
         if route.replica != replica:
             self.stats.misrouted += 1
             return []
@@ -120,6 +125,7 @@ class Intake:
                     route.text = text if text_before is None else text_before + text
                 ctx.text = text
             elif kind is rp.Finished:
+                self.routing.note_finish(rid, stage, route.replica, report.seq)
                 route.result = self.outputs[stage].finish(before, report.payload)  # type: ignore[attr-defined]
                 route.stop_reason = report.stop_reason  # type: ignore[attr-defined]
             elif kind is rp.Failed:
@@ -248,6 +254,12 @@ def _never_given(rid: Any, next_rid: int) -> bool:
         return not 0 <= operator.index(rid) < next_rid
     except TypeError:
         return True
+
+
+def _after(seq: Any, finished_seq: int) -> bool:
+    """Return whether ``seq`` comes after a ``Finished`` numbered ``finished_seq`` (a copy of an earlier report, the
+    ``Finished`` among them, is only a duplicate delivered late)."""
+    return seq.__class__ is int and seq > finished_seq
 
 
 def _without(command: cmd.Command, rid: int) -> cmd.Command:

@@ -33,8 +33,12 @@ from omni_runtime.errors import EngineNotRunning, OmniRuntimeError, RequestRefus
 class Orchestrator:
     """Routes requests through a pipeline; every lifecycle decision is the ``Lifecycle``'s."""
 
-    def __init__(self, pipeline: Pipeline, *, spec: Spec = SPEC, on_step: StepHook | None = None) -> None:
+    def __init__(self, pipeline: Pipeline, *, spec: Spec = SPEC, on_step: StepHook | None = None,
+                 vocab_size: int | None = None) -> None:  # fmt: skip
+        """``vocab_size``: stage 0's runtimes' vocabulary (``protocol.vocab_size``): a prompt's token ids are below it
+        (``None``: not known, not checked)."""
         self.pipeline = pipeline = require_pipeline(pipeline, "Orchestrator")
+        self.vocab_size = vocab_size
         self.lifecycle = Lifecycle(pipeline.kinds, pipeline.final, pipeline.slots, spec=spec)
         self.routing = routing = Routing(pipeline)
         self.routes: dict[int, Route] = routing.routes
@@ -99,6 +103,7 @@ class Orchestrator:
         """
         if not isinstance(prompt, Prompt):
             raise RequestRefused(f"a prompt is an omni_runtime.Prompt, not {type(prompt).__name__}: {prompt!r:.80}")
+        self.check_prompt(prompt)
         self.check_request_id(request_id)
         if prompt.streaming and n > 1:  # as vLLM: its samples would each wait for an input nobody can feed them
             raise RequestRefused("a streaming-input request has one sample (n=1), as vLLM requires")
@@ -120,6 +125,16 @@ class Orchestrator:
         routing.next_rid = dependent_id(rid, fanout(n, companions))  # past its own dependents' ids
         return rid, out
 
+    def check_prompt(self, prompt: Prompt, which: str = "prompt") -> None:
+        """Raise ``RequestRefused`` (one line naming ``which`` prompt and the id) for a token id outside stage 0's
+        vocabulary, where its runtimes declare one."""
+        vocab = self.vocab_size
+        if vocab is None or not prompt.token_ids or max(prompt.token_ids) < vocab:
+            return
+        index, token = next((i, t) for i, t in enumerate(prompt.token_ids) if t >= vocab)
+        raise RequestRefused(f"{which} {prompt.token_ids!r:.60}: token id {token} (item {index}) is outside the "
+                             f"vocabulary of stage 0's runtime (0..{vocab - 1})")  # fmt: skip
+
     def check_request_id(self, request_id: object) -> None:
         """Raise ``RequestRefused`` unless ``request_id`` is ``None`` or a non-empty str no open request has."""
         if request_id is None:
@@ -134,14 +149,20 @@ class Orchestrator:
         """Ask to abort client request ``rid`` (the engine's id, or the client's own ``request_id``); return the abort
         call id (answered by ``AbortAnswer``).
 
-        Raises ``RequestRefused`` for a client's own id that no open request has (the request ended, and its id was
-        freed, or it never was): an engine id of an ended request is answered as an abort with nothing left to do.
+        A request that ended, whichever id names it, is answered as an abort with nothing left to do (``ok``). Raises
+        ``RequestRefused`` for an id no request ever had, an int or a str alike.
         """
+        routing = self.routing
         if isinstance(rid, str):
-            found = self.routing.by_request_id.get(rid)
+            found = routing.by_request_id.get(rid)
             if found is None:
-                raise RequestRefused(f"no open request has request id {rid!r:.80} (it ended, or never was)")
+                found = routing.ended_request_ids.get(rid)
+            if found is None:
+                raise RequestRefused(f"no request ever had request id {rid!r:.80}")
             rid = found
+        elif rid.__class__ is not int or not 0 <= rid < routing.next_rid:  # (an int subclass, a bool: no id)
+            raise RequestRefused(f"no request ever had id {rid!r:.80} (an abort names the engine's int id of a "
+                                 "request, or the request_id str it was given)")
         route = self.routes.get(rid)
         if route is not None and route.parent >= 0:
             raise RequestRefused(f"request {rid} is a sample or companion, not a client request")
@@ -155,7 +176,7 @@ class Orchestrator:
             if not callers[rid]:
                 del callers[rid]
             raise self._refusal(exc) from None
-        if rid not in self.routes:  # already ended (or never known): the abort has nothing left to do
+        if rid not in self.routes:  # already ended: the abort has nothing left to do
             for waiting in callers.pop(rid, []):
                 out.append(cmd.AbortAnswer(waiting, rid, True))
         return call, out
@@ -170,6 +191,7 @@ class Orchestrator:
         route = self.routes.get(rid)
         if not isinstance(part, Prompt):
             raise RequestRefused(f"a part of a streamed input is an omni_runtime.Prompt, not {type(part).__name__}")
+        self.check_prompt(part, "streamed input part")
         if route is None or route.parent >= 0:
             raise RequestRefused(f"request {rid} is not an open client request")
         if not route.prompt.streaming:

@@ -32,6 +32,8 @@ _MINIMUM = {"replicas": 1, "max_running": 1, "max_tokens": 1, "steps": 1, "capac
 _MAXIMUM = {"replicas": 1024}  #: a replica is a runtime made at start: more would only exhaust memory
 _TYPE_WORDS = {str: "a string", bool: "true or false", int: "an integer", StageKind: "a StageKind",
                dict: "a table of sampling parameters ([stages.sampling])"}  # fmt: skip
+#: the keys only an AR stage reads: a diffusion stage that sets one is refused (it would be ignored silently)
+AR_ONLY_KEYS = ("max_tokens", "sampling")
 #: ``[stages.placement]``: where a stage's replicas run, for a runtime that places them (``omni_runtime.hosting.ray``):
 #: the runtime each replica runs, CPUs and GPUs, custom resources (``{name = amount}``), a node (IP or node id)
 PLACEMENT_FIELDS: dict[str, type | tuple[type, ...]] = {"runtime": str, "num_cpus": (int, float),
@@ -209,6 +211,8 @@ def _pipeline_problem(stages: Any) -> tuple[int | None, str | None, str] | None:
         if spec.name in first:
             return i, "name", f"stage name {spec.name!r} is already used by stage {first[spec.name]}"
         first[spec.name] = i
+        if spec.kind is StageKind.DIFFUSION and spec.sampling:
+            return i, "sampling", _ar_only("sampling")
         reason = _adapter_problem(i, spec, stages[i - 1] if i else None)
         if reason is not None:
             return i, "adapter", reason
@@ -297,6 +301,11 @@ def parse_pipeline(text: str, path: str = "<pipeline>") -> Pipeline:
     return Pipeline(stages, head.get("name", "pipeline"), head.get("capacity", 0))
 
 
+def _ar_only(key: str) -> str:
+    """Return why a diffusion stage may not set the AR-only ``key``."""
+    return f"{key} is for AR stages only: a diffusion stage would ignore it (its denoising is set by steps)"
+
+
 def _unknown(key: str, fields: Mapping[str, object], what: str) -> str | None:
     if key in fields:
         return None
@@ -322,6 +331,9 @@ def _stage(lines: toml_lines.Lines, path: str, i: int, entry: Any) -> StageSpec:
             raise PipelineError(path, lines.find("stages", i, key), f"stage {i}: {reason}")
     if "kind" not in fields:
         raise PipelineError(path, lines.find("stages", i), "stage needs a kind ('ar' or 'diffusion')")
+    if fields["kind"] is StageKind.DIFFUSION:
+        for key in (k for k in AR_ONLY_KEYS if k in fields):
+            raise PipelineError(path, lines.find("stages", i, key), f"stage {i}: {_ar_only(key)}")
     if i > 0 and "adapter" not in fields:
         raise PipelineError(path, lines.find("stages", i), "a later stage needs an input adapter")
     fields.setdefault("name", f"stage{i}")

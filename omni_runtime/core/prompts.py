@@ -18,9 +18,13 @@ def _token_ids(owner: str) -> Any:
         if not isinstance(value, tuple):
             raise TypeError(f"{owner}.{attribute.name} must be a tuple of ints, not {value!r} "
                             "(a list of ints is taken too)")  # fmt: skip
-        bad = next(((i, t) for i, t in enumerate(value) if isinstance(t, bool) or not isinstance(t, int)), None)
+        bad = next(((i, t) for i, t in enumerate(value) if isinstance(t, bool) or not isinstance(t, int) or t < 0),
+                   None)  # fmt: skip
         if bad is not None:
             index, item = bad
+            if isinstance(item, int) and not isinstance(item, bool):  # a token id is never negative (as vLLM's)
+                raise ValueError(f"{owner}.{attribute.name} must be token ids, ints >= 0, not {value!r:.80}: "
+                                 f"item {index} is {item}")  # fmt: skip
             raise TypeError(f"{owner}.{attribute.name} must be a tuple of ints, not {value!r}: "
                             f"item {index} is {item!r}, a {type(item).__name__}")  # fmt: skip
 

@@ -178,6 +178,27 @@ class StreamingInput(Protocol):
         """Add the next part of ``req_id``'s streamed input; report ``INPUT_READY`` when it is taken."""
 
 
+@runtime_checkable
+class DeclaresVocabulary(Protocol):
+    """A runtime that knows its model's vocabulary: a prompt's token ids are below ``vocab_size`` (vLLM's
+    ``model_config.get_vocab_size()``). The engine refuses a prompt with a larger id at submit, as vLLM does, where
+    every replica of stage 0 declares one (the smallest counts)."""
+
+    @property
+    def vocab_size(self) -> int:
+        """Return how many token ids the model has (ids ``0 .. vocab_size - 1``)."""
+
+
+def vocab_size(replicas: Sequence[object]) -> int | None:
+    """Return the smallest ``vocab_size`` the ``replicas`` declare (``None``: none declares one); ``ConfigError`` for
+    one that is not an int >= 1."""
+    sizes = [r.vocab_size for r in replicas if isinstance(r, DeclaresVocabulary)]
+    bad = [s for s in sizes if s.__class__ is not int or s < 1]
+    if bad:
+        raise ConfigError(f"a runtime declares vocab_size {bad[0]!r}: an int >= 1 is needed")
+    return min(sizes) if sizes else None
+
+
 _R_co = TypeVar("_R_co", bound=StageRuntime, covariant=True)
 _R = TypeVar("_R", bound=StageRuntime)
 #: what a ``StageRuntime`` implements (a missing one is named when a runtime is refused)

@@ -46,9 +46,11 @@ class Route:
 class Stats:
     """What the orchestrator itself dropped (the lifecycle counts what it dropped)."""
 
-    __slots__ = ("duplicates", "misrouted", "unknown_ids", "unknown_results")
+    __slots__ = ("after_finished", "duplicates", "misrouted", "unknown_ids", "unknown_results")
 
     def __init__(self) -> None:
+        #: a per-request report from a replica after its own ``Finished`` of that request (a runtime's protocol break)
+        self.after_finished = 0
         self.duplicates = 0  #: a per-request report whose seq was already handled
         self.misrouted = 0  #: a report from a replica the request is not bound to
         self.unknown_ids = 0  #: a per-request report under an id the orchestrator never gave (``str(rid)``, say)
@@ -57,6 +59,10 @@ class Stats:
     def as_dict(self) -> dict[str, int]:
         """Return the counters by name."""
         return {name: getattr(self, name) for name in self.__slots__}
+
+
+#: how many recent stage finishes ``Routing`` keeps (a report after its own ``Finished`` comes soon after)
+FINISHES_KEPT = 512
 
 
 class Rpc:
@@ -94,9 +100,9 @@ NO_REPORT = ReportInHand()
 class Routing:
     """Every map the orchestrator keeps beside the lifecycle's records, and the ids it hands out."""
 
-    __slots__ = ("abort_callers", "aborts", "by_request_id", "cleanup_aborts", "death", "live", "loss_causes",
-                 "next_call", "next_rid", "pipeline", "request_ids", "round_robin", "routes", "rpcs", "stats",
-                 "unknown_id_last")  # fmt: skip
+    __slots__ = ("abort_callers", "aborts", "by_request_id", "cleanup_aborts", "death", "ended_request_ids",
+                 "finish_count", "finished_at_stage", "finished_rids", "live", "loss_causes", "next_call", "next_rid",
+                 "pipeline", "request_ids", "round_robin", "routes", "rpcs", "stats", "unknown_id_last")  # fmt: skip
 
     def __init__(self, pipeline: Pipeline) -> None:
         self.pipeline = pipeline
@@ -114,10 +120,38 @@ class Routing:
         #: the client's own ids of open client requests that have one, both ways (the core keeps int ids)
         self.request_ids: dict[int, str] = {}
         self.by_request_id: dict[str, int] = {}
+        #: the client's own ids of ended requests -> the last to have it: an abort under one is a no-op, not refused
+        self.ended_request_ids: dict[str, int] = {}
+        #: the latest ``FINISHES_KEPT`` stage finishes, a ring: the request, and (stage, replica, seq) of the
+        #: ``Finished`` that ended it there. A report of that replica numbered after it broke the runtime's protocol;
+        #: any other late report is only late (ORCH-INV-107), a copy of an earlier one only a duplicate. (Lists, not a
+        #: dict: the memory is taken once.)
+        self.finished_rids: list[int | None] = [None] * FINISHES_KEPT
+        self.finished_at_stage: list[tuple[int, int, int] | None] = [None] * FINISHES_KEPT
+        self.finish_count = 0  #: finishes noted so far (the next one's place in the ring, modulo its size)
         self.loss_causes: dict[tuple[int, int], str] = {}  #: (stage, replica) -> why its ``ReplicaDied`` comes
         self.stats = Stats()
         self.death: str | None = None  #: why the engine died, where that is known (named by its fatal terminals)
         self.unknown_id_last: str | None = None  #: the last report under an id never given: what, which id, where
+
+    def note_finish(self, rid: int, stage: int, replica: int, seq: int) -> None:
+        """Keep that ``replica``'s ``Finished`` numbered ``seq`` ended ``rid`` at ``stage`` (the oldest kept goes)."""
+        at = self.finish_count % FINISHES_KEPT
+        self.finish_count += 1
+        self.finished_rids[at], self.finished_at_stage[at] = rid, (stage, replica, seq)
+
+    def finished_at(self, rid: int, stage: int) -> tuple[int, int] | None:
+        """Return (replica, seq) of the ``Finished`` that ended ``rid`` at ``stage``, if it is among those kept."""
+        rids, start = self.finished_rids, 0
+        while True:
+            try:
+                at = rids.index(rid, start)
+            except ValueError:
+                return None
+            kept = self.finished_at_stage[at]
+            if kept is not None and kept[0] == stage:
+                return kept[1], kept[2]
+            start = at + 1
 
     def call_id(self) -> int:
         """Return a new abort or RPC call id."""

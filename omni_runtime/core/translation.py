@@ -193,7 +193,9 @@ class Translation:
         if routing.abort_callers:
             self.answer_abort(rid, True, out)  # ended some other way while an abort was pending
         if routing.request_ids and rid in routing.request_ids:  # its id is free for a new request
-            del routing.by_request_id[routing.request_ids.pop(rid)]
+            request_id = routing.request_ids.pop(rid)
+            del routing.by_request_id[request_id]
+            routing.ended_request_ids[request_id] = rid
 
     def _on_abort_sent(self, o: ob.AbortSent, out: Commands, ctx: ReportInHand) -> None:
         route = self.routes[o.rid]

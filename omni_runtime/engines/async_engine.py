@@ -23,8 +23,8 @@ import asyncio
 import contextlib
 import logging
 from collections import deque
-from collections.abc import AsyncGenerator, Callable, Coroutine, Sequence
-from typing import Any, cast, overload
+from collections.abc import AsyncGenerator, Awaitable, Callable, Coroutine, Generator, Sequence
+from typing import Any, NoReturn, cast, overload
 
 from omni_fsm import SPEC, ControlMethod, Spec
 from omni_runtime import registry
@@ -385,10 +385,10 @@ class AsyncEngine:
     @overload
     def generate(self, prompt: list[Prompt] | tuple[Prompt, ...], n: int = 1, companions: int = 0, *,
                  request_ids: Sequence[str | None] | None = None
-                 ) -> Coroutine[Any, Any, list[RequestResult]]: ...  # fmt: skip
+                 ) -> Awaitable[list[RequestResult]]: ...  # fmt: skip
     def generate(self, prompt: Prompt | list[Prompt] | tuple[Prompt, ...] | None = None, n: int = 1,
                  companions: int = 0, *, request_id: str | None = None, request_ids: Sequence[str | None] | None = None
-                 ) -> AsyncGenerator[ClientMessage, None] | Coroutine[Any, Any, list[RequestResult]]:  # fmt: skip
+                 ) -> AsyncGenerator[ClientMessage, None] | Awaitable[list[RequestResult]]:  # fmt: skip
         """One prompt: ``async for`` the request's messages, the terminal last; stopping early (or cancelling)
         aborts it. A list (or tuple) of prompts: ``await`` it for one ``RequestResult`` per prompt, in order (each
         with ``n`` and ``companions``; prompt ``i`` with ``request_ids[i]``), all submitted before any is awaited;
@@ -396,7 +396,7 @@ class AsyncEngine:
         """
         batch = as_batch(prompt, request_id, request_ids)
         if batch is not None:
-            return self._generate_all(batch, n, companions, request_ids)
+            return _Batch(self._generate_all(batch, n, companions, request_ids))
         return self._generate_one(cast(Prompt | None, prompt), n, companions, request_id)
 
     async def _generate_one(self, prompt: Prompt | None, n: int, companions: int,
@@ -492,8 +492,8 @@ class AsyncEngine:
         self.host.feed(rid, part, last)
 
     async def abort(self, rid: int | str) -> bool:
-        """Abort ``rid`` (the engine's id, or your own ``request_id``: ``RequestRefused`` when no open request has it);
-        return whether it took effect (``False``: the physical abort failed).
+        """Abort ``rid`` (the engine's id, or your own ``request_id``); return whether it took effect (``False``: the
+        physical abort failed; ``True`` for a request that ended). ``RequestRefused`` for an id no request ever had.
 
         After the engine stopped there is nothing left to abort: ``True``, as for a request that ended;
         after a ``shutdown()`` that failed to stop it, ``EngineNotRunning`` (no runtime would answer).
@@ -528,3 +528,21 @@ class AsyncEngine:
             if not future.done() or future.cancelled() or future.exception() is not None:  # nobody keeps the answer
                 self.host.unclaim(call)
             answers.pop(call, None)
+
+
+class _Batch:
+    """``generate`` over a list: awaited for its results; ``async for`` over it is refused with the right call."""
+
+    __slots__ = ("_results",)
+
+    def __init__(self, results: Coroutine[Any, Any, list[RequestResult]]) -> None:
+        self._results = results
+
+    def __await__(self) -> Generator[Any, None, list[RequestResult]]:
+        return self._results.__await__()
+
+    def __aiter__(self) -> NoReturn:
+        self._results.close()  # never started: nothing was submitted, and no "never awaited" warning
+        raise TypeError("generate over a list of prompts is awaited, not iterated: results = await "
+                        "engine.generate([...]) (one RequestResult per prompt); async for takes one prompt's "
+                        "messages: async for message in engine.generate(prompt)")

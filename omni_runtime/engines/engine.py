@@ -155,7 +155,8 @@ class Engine:
 
     def abort(self, rid: int | str) -> bool:
         """Abort ``rid`` (the engine's id, or your own ``request_id``); return whether the abort took effect
-        (``False``: the physical abort failed). ``RequestRefused`` for your own id when no open request has it."""
+        (``False``: the physical abort failed; ``True`` for a request that ended). ``RequestRefused`` for an id no
+        request ever had."""
         call = self.host.abort(rid)
         self._wait_for(call, self.host.abort_answers)
         return self.host.abort_answers.pop(call).ok

@@ -86,7 +86,7 @@ class Host:
         self.stall = StallClock(stall_timeout_s, [s.replicas for s in pipeline.stages])
         rp.check_runtimes(pipeline, runtimes)  # one line naming the position, before any runtime is bound
         self.pipeline = pipeline
-        self.orchestrator = Orchestrator(pipeline, spec=spec, on_step=on_step)
+        self.orchestrator = Orchestrator(pipeline, spec=spec, on_step=on_step, vocab_size=rp.vocab_size(runtimes[0]))
         self.runtimes = [list(r) for r in runtimes]
         self.buffers: list[list[deque[rp.Report]]] = [[deque() for _ in r] for r in runtimes]
         self.mailboxes: dict[int, deque[cmd.ClientMessage]] = {}
@@ -171,6 +171,7 @@ class Host:
                                      f"{type(prompt).__name__}: {prompt!r:.80}{tip}")  # fmt: skip
             if prompt.streaming:
                 raise RequestRefused(f"prompt {index} of the list streams its input: submit it alone and feed it")
+            self.orchestrator.check_prompt(prompt, f"prompt {index} of the list")
             self.orchestrator.check_request_id(request_id)
             if request_id in given:
                 raise RequestRefused(f"request id {request_id!r} is given to two prompts of the list")
@@ -444,6 +445,9 @@ class Host:
             self.history.append("orchestrator stopped")
         elif kind is cmd.StopRuntimes:
             self._stop_runtimes()
+        elif kind is cmd.ReportAfterFinished:
+            _log.warning("runtime %d/%d broke its protocol: %s about request %d after its own Finished of it (dropped)",
+                         c.stage, c.replica, c.what, c.rid)  # type: ignore[attr-defined]  # fmt: skip
 
     def _stop_runtimes(self) -> None:
         if not self._stopping_by_itself:

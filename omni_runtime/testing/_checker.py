@@ -65,10 +65,12 @@ class KitViolation:
     check: str
     subject: int | None
     message: str
+    #: the other violations found at the same step, shown after this one (the first found, the most specific)
+    also: tuple[KitViolation, ...] = attrs.field(default=(), eq=False, repr=False)
 
     def __str__(self) -> str:
         subject = "" if self.subject is None else f" for {self.subject}"
-        return f"{self.invariant} ({self.check}){subject}: {self.message}"
+        return "\n".join([f"{self.invariant} ({self.check}){subject}: {self.message}", *map(str, self.also)])
 
 
 class RawStreamChecker:
@@ -113,7 +115,11 @@ class RawStreamChecker:
         self.dead = self.closed = False
 
     def _fail(self, what: tuple[str, str], subject: int | None, message: str) -> None:
-        self.violations.append(KitViolation(what[0], what[1], subject, message))
+        violation = KitViolation(what[0], what[1], subject, message)
+        violations = self.violations
+        if violations:  # the kit fails at the first step that has any: the first one shows them all
+            violations[0] = attrs.evolve(violations[0], also=(*violations[0].also, violation))
+        violations.append(violation)
 
     def serves(self, spec: StageSpec) -> None:
         """Judge from now on as an engine whose one stage is ``spec`` would (before any request is added)."""
@@ -255,16 +261,19 @@ class RawStreamChecker:
         violations."""
         stepped = "stepped until idle" if still_busy_after is None else f"still busy after {still_busy_after} steps"
         if not self.dead:
+            unfinished = []  # the least specific: often the consequence of an abort or RPC below, so shown after
             for rid in self.open_requests():
                 if rid in self.abort_refused:
                     self._fail(TRUTHFUL_ABORT, rid, "abort reported failed, but the request never ran on to a finish")
                 else:
-                    self._fail(ONE_FINISH, rid, f"accepted but never finished ({stepped}, before shutdown)")
+                    unfinished.append(rid)
             for call in sorted(set(self.rpcs) - self.answered):
                 self._fail(RPC_ERRORS, call, "RPC never answered")
             for abort_id, owed in sorted(self.asked_aborts.items()):
                 for rid in sorted(owed):
                     self._fail(ABORT_ANSWERED, rid, f"abort {abort_id} of request {rid} never answered")
+            for rid in unfinished:
+                self._fail(ONE_FINISH, rid, f"accepted but never finished ({stepped}, before shutdown)")
         return self.violations
 
 

@@ -13,6 +13,7 @@ from omni_runtime.core.pipeline import StageSpec
 from omni_runtime.core.prompts import StageInput
 from omni_runtime.core.protocol import PROTOCOL_METHODS as _PROTOCOL_METHODS  # old name: the draws hash its source
 from omni_runtime.core.protocol import RuntimeFactory, StageRuntime, StreamingInput
+from omni_runtime.errors import ConfigError
 from omni_runtime.testing._checker import RAISED, KitViolation, RawStreamChecker
 
 
@@ -26,6 +27,29 @@ def stage_specs(kinds: Collection[StageKind] = tuple(StageKind)) -> st.SearchStr
 
 class ConformanceError(AssertionError):
     """A runtime broke its protocol; the message names the invariant."""
+
+
+class KindRefused(ConformanceError):
+    """The factory refused a stage of a kind the kit was told the runtime serves: the message says how to tell it."""
+
+    def __init__(self, kind: StageKind, error: Exception) -> None:
+        others = ",".join(k.value for k in StageKind if k is not kind)
+        super().__init__(f"the factory refuses a {kind.value} stage ({error}): for a runtime that serves "
+                         f"{others} stages only, pass --omni-runtime-kinds={others} (check_runtime(kinds=...))")
+
+
+def _refusing_kinds(factory: RuntimeFactory[StageRuntime]) -> RuntimeFactory[StageRuntime]:
+    """Return ``factory`` with a ``ConfigError`` it raises (a stage kind it does not serve, as docs/runtime.md tells a
+    factory to say) turned into ``KindRefused``, which names the flag that tells the kit."""
+
+    def made(spec: StageSpec, stage: int, replica: int, rpc_fails: bool, /) -> StageRuntime:
+        try:
+            return factory(spec, stage, replica, rpc_fails)
+        except ConfigError as exc:
+            raise KindRefused(spec.kind, exc) from None
+
+    made.__name__ = getattr(factory, "__name__", "runtime")  # the machine is named after the runtime's factory
+    return made
 
 
 #: the kit's own calls that stop a runtime's work, and the call that undoes each (sent before the final judgement)
@@ -88,6 +112,7 @@ def make_machine(factory: RuntimeFactory[StageRuntime], rpc_fails: bool = False,
     the kit under the rule that call's answer belongs to (``RAISED``), showing the calls that led
     to it; teardown then drives it no further.
     """
+    factory = _refusing_kinds(factory)  # (outside the class: Hypothesis derandomizes the draws by its source)
 
     class RuntimeConformance(RuleBasedStateMachine):
         def __init__(self) -> None:

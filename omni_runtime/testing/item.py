@@ -9,7 +9,7 @@ from hypothesis import settings
 from hypothesis.database import DirectoryBasedExampleDatabase
 
 from omni_fsm import StageKind
-from omni_runtime.testing._machine import ConformanceError
+from omni_runtime.testing._machine import ConformanceError, KindRefused
 
 #: Where a seeded run keeps its examples when the active profile keeps none (Hypothesis' own default).
 DEFAULT_DATABASE = ".hypothesis/examples"
@@ -59,6 +59,8 @@ class ConformanceItem(pytest.Item):
             raise
 
     def repr_failure(self, excinfo, style=None):  # type: ignore[no-untyped-def]
+        if isinstance(excinfo.value, KindRefused):  # a usage error, not a broken protocol: its one line
+            return f"runtime {self.spec}: {excinfo.value}"
         if isinstance(excinfo.value, ConformanceError):  # its notes: Hypothesis's failing steps, then how drawn
             notes = getattr(excinfo.value, "__notes__", None) or [self.how_drawn()]
             return "\n".join([f"runtime {self.spec} breaks its protocol: {excinfo.value}", *notes])

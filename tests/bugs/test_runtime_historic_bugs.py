@@ -20,6 +20,7 @@ from omni_fsm import SPEC, ControlMethod, Effect, Outcome, StageKind
 from omni_fsm import observations as ob
 from omni_fsm.invariants import CHECKS
 from omni_runtime import Engine, OmniRuntimeError, Orchestrator, Prompt, simple_pipeline
+from omni_runtime.core import commands as cmd
 from omni_runtime.core import protocol as rp
 from omni_runtime.core import translation as translation_module
 from omni_runtime.core.pipeline import StageSpec
@@ -71,13 +72,15 @@ def _raw_stream(runtime, script) -> tuple[list[list[tuple[str, int]]], list[tupl
 
 
 def test_b3_report_for_a_request_that_just_ended_is_dropped():
-    """B3 (vllm#42157): a report arrives for a request that finished mid-step: dropped, counted, never fatal."""
+    """B3 (vllm#42157): a report arrives for a request that finished mid-step: dropped, counted, never fatal; it
+    follows the runtime's own Finished, so it is logged (the command) and counted as that too."""
     orch = Orchestrator(simple_pipeline([StageKind.AR]))
     rid, _ = orch.submit(Prompt())
     for report in (rp.StatusChanged(rid, 0, rp.Status.SCHEDULED), rp.Finished(rid, 1)):
         orch.report(0, 0, report)
-    assert orch.report(0, 0, rp.Output(rid, 2, 1, (5,))) == []
+    assert orch.report(0, 0, rp.Output(rid, 2, 1, (5,))) == [cmd.ReportAfterFinished(0, 0, rid, "Output")]
     assert orch.lifecycle.counters.dropped_unknown == 1 and orch.idle()
+    assert orch.counters()["after_finished"] == 1
 
 
 B6_SCRIPT = [("add", 0), ("step",), ("abort", 0), ("step",)]

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import attrs
 
-from omni_fsm import ControlMethod, StopKind
+from omni_fsm import ControlMethod, StageKind, StopKind
 from omni_runtime.core import protocol as rp
+from omni_runtime.errors import ConfigError
 from omni_runtime.runtimes.sim import SimConfig, sim_replica
 
 
@@ -595,3 +596,18 @@ class ShutdownRaisesWhilePaused(HonoursPause):
         if ControlMethod.PAUSE_SCHEDULER in self.stopped:
             raise RuntimeError("cannot shut down a paused scheduler")
         super().shutdown()
+
+
+class AbortsSilently(_Wrapper):
+    """Aborts (the request is gone) but never answers: its request is never finished, its abort never answered."""
+
+    def filter(self, report):
+        if not isinstance(report, rp.AbortResult):
+            self.sink(report)
+
+
+def ar_only(spec, stage, replica, rpc_fails=False):
+    """A factory that refuses diffusion stages with a ``ConfigError``, as docs/runtime.md tells a factory to."""
+    if spec.kind is not StageKind.AR:
+        raise ConfigError(f"stage {stage} ({spec.name!r}) is {spec.kind.value}: this runtime runs AR stages only")
+    return sim_replica(spec, stage, replica, 3, SimConfig(rpc_error=1.0 if rpc_fails else 0.0))

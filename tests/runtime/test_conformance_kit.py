@@ -13,6 +13,7 @@ from faulty_runtimes import (
     FAULTY,
     AbortMissesWait,
     AbortOfEndedSaysFailed,
+    AbortsSilently,
     AbortsUnasked,
     DiesAtOnce,
     FinishesOnlyAtShutdown,
@@ -79,6 +80,21 @@ def test_kit_aborts_several_requests_in_one_call_and_wants_a_result_for_each():
     assert machine.checker.asked_aborts == {1000: {40, 41}}  # 42, the first of the batch, was answered
     with pytest.raises(ConformanceError, match=r"^ORCH-INV-202 \(one_result_per_aborted_request\) for 40: abort 1000 "):
         machine.teardown()
+
+
+def test_kit_shows_every_violation_of_the_failing_step_the_most_specific_first():
+    """An abort never answered leaves its request unfinished too: the precise ORCH-INV-202 first, then ORCH-INV-101."""
+    machine = make_machine(AbortsSilently)()
+    machine.start(AR)
+    machine.add(req_id=40, tokens=[1], samples=1)
+    machine.abort(picks=[0])
+    with pytest.raises(ConformanceError) as info:
+        machine.teardown()
+    assert str(info.value).splitlines() == [
+        "ORCH-INV-202 (one_result_per_aborted_request) for 40: abort 1000 of request 40 never answered",
+        "ORCH-INV-101 (one_finish_per_accepted_request) for 40: accepted but never finished (stepped until idle, "
+        "before shutdown)",
+    ]
 
 
 #: each wait a request can report: the simulator's behaviour that makes every AR request of more than one token
@@ -219,7 +235,7 @@ def test_kit_says_a_runtime_that_never_goes_idle_was_still_busy():
     machine.add(req_id=5, tokens=[])
     limit = teardown_steps(AR, 1)
     busy = rf"for 5: accepted but never finished \(still busy after {limit} steps, before shutdown\)$"
-    with pytest.raises(ConformanceError, match=rf"^ORCH-INV-101 \(one_finish_per_accepted_request\) {busy}"):
+    with pytest.raises(ConformanceError, match=rf"(?m)\AORCH-INV-101 \(one_finish_per_accepted_request\) {busy}"):
         machine.teardown()
     assert machine.runtime.steps == limit + 1  # and one step more, as for every runtime
 
@@ -293,6 +309,16 @@ def test_pytest_plugin_passes_the_simulator_and_fails_a_faulty_runtime():
     assert dies.returncode == 1 and "ORCH-INV-101" in dies.stdout, dies.stdout + dies.stderr
     may_die = _pytest("--omni-runtime=faulty_runtimes:DiesAtOnce", "--omni-runtime-may-die")
     assert may_die.returncode == 0, may_die.stdout + may_die.stderr
+
+
+def test_pytest_plugin_suggests_the_kinds_flag_in_one_line_when_the_factory_refuses_a_stage_kind():
+    refused = _pytest("--omni-runtime=faulty_runtimes:ar_only")
+    out = refused.stdout + refused.stderr
+    assert refused.returncode == 1, out
+    (line,) = [line for line in out.splitlines() if "--omni-runtime-kinds" in line]
+    assert "refuses a diffusion stage" in line and "--omni-runtime-kinds=ar " in line, line
+    assert "Traceback" not in out and "hypothesis" not in out.lower() and len(out.splitlines()) < 30, out
+    assert _pytest("--omni-runtime=faulty_runtimes:ar_only", "--omni-runtime-kinds=ar").returncode == 0
 
 
 def test_pytest_plugin_fails_requests_failed_by_an_rpc_error_when_told_the_runtime_fails_nothing():

@@ -5,6 +5,8 @@ leaves the others' results as they would have been."""
 from __future__ import annotations
 
 import asyncio
+import gc
+import warnings
 
 import pytest
 from faulty_runtimes import FinishesOnlyAtShutdown, Raising
@@ -206,3 +208,17 @@ def test_a_list_whose_wait_gives_up_aborts_its_requests_sync_and_async() -> None
             return engine.host.orchestrator.open_requests()
 
     assert asyncio.run(main()) == []
+
+
+def test_async_for_over_a_list_names_the_await_and_leaves_no_coroutine_unawaited() -> None:
+    async def main() -> list[int]:
+        async with AsyncEngine(PIPELINE, sim_runtimes(PIPELINE, seed=0)) as engine:
+            with pytest.raises(TypeError, match=r"await engine\.generate\(\[\.\.\.\]\)"):
+                async for _ in engine.generate(PROMPTS):  # type: ignore[attr-defined]
+                    pass
+            return engine.host.orchestrator.open_requests()
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a "coroutine ... was never awaited" RuntimeWarning fails the test
+        assert asyncio.run(main()) == []
+        gc.collect()

@@ -161,9 +161,10 @@ def _machine(factory, rpc_fails=False, **kwargs):
 
 
 def _kit_fails(pair: tuple[str, str], rest: str = "") -> Any:
-    """Return ``pytest.raises`` for the kit's failure naming ``pair`` (invariant, check), then ``rest`` (a pattern)."""
+    """Return ``pytest.raises`` for the kit's failure naming ``pair`` (invariant, check), then ``rest`` (a pattern; its
+    ``$`` ends the first line: the other violations of the failing step follow it)."""
     invariant, check = pair
-    return pytest.raises(ConformanceError, match=rf"^{invariant} \({check}\){rest}")
+    return pytest.raises(ConformanceError, match=rf"(?m)\A{invariant} \({check}\){rest}")
 
 
 NEVER_FINISHED = r" for {}: accepted but never finished \(stepped until idle, before shutdown\)"

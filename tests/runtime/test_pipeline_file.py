@@ -85,6 +85,11 @@ MALFORMED = [
      "no input adapter can feed stage 1 (kind 'ar') from stage 0 (kind 'diffusion')"),
     ("[[stages]]\nkind = 'ar'\nfinal = true\nadapter = 'ar2ar'\n", 4, "stage 0 takes the client's prompt"),
     (AR_THEN + "kind = 'ar'\nfinal = true\n", 4, "a later stage needs an input adapter"),
+    # AR-only keys on a diffusion stage would be ignored: refused
+    (AR_THEN + "kind = 'diffusion'\nfinal = true\nadapter = 'ar2diffusion'\n[stages.sampling]\ntemperature = 0.0\n",
+     8, "stage 1: sampling is for AR stages only"),
+    (AR_THEN + "kind = 'diffusion'\nfinal = true\nadapter = 'ar2diffusion'\nmax_tokens = 4\n", 8,
+     "stage 1: max_tokens is for AR stages only"),
 ]  # fmt: skip
 
 
@@ -169,6 +174,10 @@ def test_the_orchestrators_signature_shows_the_spec_by_name() -> None:
         ),
         (lambda: Pipeline((StageSpec("a", AR), StageSpec("b", AR, True))), "adapter 'prompt' cannot feed stage 1"),
         (lambda: Pipeline((StageSpec("a", AR, adapter="ar2ar"),)), "stage 0 takes the client's prompt"),
+        (
+            lambda: Pipeline((StageSpec("a", DIFF, True, sampling={"seed": 1}),)),
+            "stage 0 ('a'): sampling is for AR stages only",
+        ),
         (lambda: StageSpec("a", "ar"), "kind must be a StageKind"),  # type: ignore[arg-type]
         (lambda: StageSpec("a", AR, replicas=0), "replicas must be at least 1"),
         (lambda: StageSpec("a", AR, max_running=True), "max_running must be an integer"),

@@ -55,3 +55,40 @@ def test_a_non_int_negative_or_stop_id_is_refused_naming_the_field() -> None:
         Prompt([1], negative=[1, "x"])  # type: ignore[list-item]
     with pytest.raises(TypeError, match=r"Sampling.stop_token_ids must be a tuple of ints.*item 0 is 1.5"):
         Sampling(stop_token_ids=[1.5])  # type: ignore[list-item]
+
+
+@pytest.mark.parametrize("field", ["token_ids", "negative"])
+def test_a_negative_token_id_is_refused_naming_the_field_and_the_item(field: str) -> None:
+    with pytest.raises(ValueError, match=rf"^Prompt.{field} must be token ids, ints >= 0, not \(1, -5, 1000.*\): "
+                                         r"item 1 is -5$"):  # fmt: skip
+        Prompt(**{field: (1, -5, 10**30)})
+
+
+class _Declares:
+    """A simulated stage-0 replica that declares a vocabulary of 100 token ids (``protocol.DeclaresVocabulary``)."""
+
+    vocab_size = 100
+
+    def __init__(self, runtime: object) -> None:
+        self.runtime = runtime
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.runtime, name)
+
+
+def test_a_token_id_outside_a_declared_vocabulary_is_refused_at_submit_naming_the_prompt_and_the_id() -> None:
+    from omni_fsm import StageKind
+    from omni_runtime import RequestRefused, simple_pipeline
+    from omni_runtime.runtimes.sim import sim_runtimes
+
+    pipeline = simple_pipeline([StageKind.AR])
+    runtimes = sim_runtimes(pipeline, 0)
+    runtimes[0] = [_Declares(r) for r in runtimes[0]]
+    with Engine(pipeline, runtimes) as engine:
+        with pytest.raises(RequestRefused, match=r"^prompt \(1, 100\): token id 100 \(item 1\) is outside the "
+                                                 r"vocabulary of stage 0's runtime \(0\.\.99\)$"):  # fmt: skip
+            engine.submit(Prompt((1, 100)))
+        with pytest.raises(RequestRefused, match=r"^prompt 1 of the list \(7, 10000\): token id 10000 "):
+            engine.generate([Prompt((1, 2)), Prompt((7, 10**4))])
+        assert engine.orchestrator.open_requests() == []  # refused before any was submitted
+        assert engine.generate(Prompt((1, 99)))[-1].finished

@@ -122,9 +122,8 @@ def test_an_abort_names_the_request_by_its_request_id() -> None:
         rid = engine.submit(Prompt(max_tokens=50), request_id="stop")
         assert engine.abort("stop") is True
         stopped, others = list(engine.outputs(rid)), list(engine.outputs(kept))
-        with pytest.raises(RequestRefused, match="no open request has request id 'stop'"):  # ended: its id is free
-            engine.abort("stop")
-        with pytest.raises(RequestRefused, match="no open request has request id 'never'"):
+        assert engine.abort("stop") is True  # ended: a harmless no-op, as by its engine id
+        with pytest.raises(RequestRefused, match="no request ever had request id 'never'"):
             engine.abort("never")
         assert_drained(engine.orchestrator)
     assert stopped[-1].outcome is Outcome.ABORTED and others[-1].outcome is Outcome.FINISHED
@@ -142,3 +141,30 @@ def test_an_async_abort_names_the_request_by_its_request_id(loop: str) -> None:
 
     messages = asyncio.run(main())
     assert messages[-1].outcome is Outcome.ABORTED and {m.request_id for m in messages} == {"async-stop"}
+
+
+def test_an_abort_of_an_ended_request_is_a_no_op_and_of_an_id_never_given_refused_whichever_its_type() -> None:
+    pipeline = simple_pipeline([StageKind.AR])
+    with Engine(pipeline, sim_runtimes(pipeline, 2)) as engine:
+        rid = engine.submit(Prompt(), request_id="done")
+        list(engine.outputs(rid))
+        assert engine.abort(rid) is True and engine.abort("done") is True
+        for never in (12345, "12345", -1, True, 1.0):
+            with pytest.raises(RequestRefused, match="no request ever had"):
+                engine.abort(never)  # type: ignore[arg-type]
+        assert_drained(engine.orchestrator)
+
+
+def test_an_async_abort_of_an_id_never_given_is_refused_whichever_its_type() -> None:
+    pipeline = simple_pipeline([StageKind.AR])
+
+    async def main() -> list[bool]:
+        async with AsyncEngine(pipeline, sim_runtimes(pipeline, 2)) as engine:
+            rid = engine.submit(Prompt(), request_id="done")
+            [m async for m in engine.outputs(rid)]
+            for never in (999, "999"):
+                with pytest.raises(RequestRefused, match="no request ever had"):
+                    await engine.abort(never)
+            return [await engine.abort(rid), await engine.abort("done")]
+
+    assert asyncio.run(main()) == [True, True]

@@ -157,6 +157,11 @@ class VllmSchedulerRuntime:
         self.steps = 0
         self.closed = False
 
+    @property
+    def vocab_size(self) -> int:
+        """Return the model's vocabulary size (``protocol.DeclaresVocabulary``: the engine checks prompts with it)."""
+        return self.engine.vocab_size
+
     def _drawn_plan(self, spec: StageSpec, req_id: int, stage_input: StageInput) -> RequestPlan:
         return plan_for(self.seed, req_id, stage_input.max_tokens or spec.max_tokens, self.connector is not None)
 

@@ -244,3 +244,15 @@ def test_nothing_is_reported_after_shutdown():
     made.shutdown()
     made.shutdown()
     assert made.step() is False and reports == []
+
+
+def test_an_engine_refuses_a_prompt_outside_the_models_vocabulary_at_submit():
+    from omni_runtime import Engine, Prompt, RequestRefused
+
+    pipeline = simple_pipeline([StageKind.AR], [True], max_running=2)
+    made, _ = runtime()
+    assert made.vocab_size == 1000
+    why = r"token id 1000 \(item 1\) is outside the vocabulary .*\(0\.\.999\)"
+    engine = Engine(pipeline, [[VllmSchedulerRuntime(pipeline.stages[0])]])
+    with engine, pytest.raises(RequestRefused, match=why):
+        engine.submit(Prompt((5, 1000)))
