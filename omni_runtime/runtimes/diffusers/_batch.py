@@ -16,12 +16,11 @@ a multiplication by its float32 reciprocal, so on CUDA the table holds ``1 / sqr
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
-if TYPE_CHECKING:
-    from omni_runtime.runtimes.diffusers._denoise import Sample
+Sample = Any  #: a ``_denoise.Sample`` (by its identity only: the batch reads none of its fields; no import cycle)
 
 
 def to_device(tensor: Any, device: torch.device) -> Any:
@@ -60,7 +59,9 @@ class Schedules:
         alpha_prod_t_prev = (scheduler.alphas_cumprod[prev_timestep] if prev_timestep >= 0
                              else scheduler.final_alpha_cumprod)  # fmt: skip
         beta_prod_t = 1 - alpha_prod_t
-        std_dev_t = 0.0 * scheduler._get_variance(timestep, prev_timestep) ** (0.5)
+        beta_prod_t_prev = 1 - alpha_prod_t_prev  # DDIMScheduler's variance, by its expression (eta 0 zeroes it)
+        variance = (beta_prod_t_prev / beta_prod_t) * (1 - alpha_prod_t / alpha_prod_t_prev)
+        std_dev_t = 0.0 * variance ** (0.5)
         sqrt_alpha = alpha_prod_t ** (0.5)
         inverse = torch.div(torch.ones((), dtype=sqrt_alpha.dtype), sqrt_alpha)  # CUDA's own: 1.0f / b
         return [beta_prod_t ** (0.5), inverse if self.reciprocal else sqrt_alpha,
