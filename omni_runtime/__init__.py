@@ -1,9 +1,10 @@
 """omni_runtime: a sans-IO orchestrator around the ``omni_fsm`` lifecycle, its drivers and runtimes.
 
-Dependency direction: ``omni_fsm`` <- this package's core (``orchestrator``, ``commands``,
-``protocol``, ``adapters``, ``pipeline``) <- drivers (``host``, ``sync``, ``driver``) and runtime
-adapters (``sim``). The core imports no asyncio: ``AsyncEngine`` (the asyncio driver) is
-re-exported lazily, so importing the package or its core loads no event loop machinery.
+Dependency direction, a folder per layer (docs/architecture.md): ``omni_fsm`` <- ``core`` (the orchestrator, commands,
+the runtime protocol, pipelines, prompts, adapters) <- ``registry`` <- ``engines`` (``Engine``, ``AsyncEngine``, the
+host) and ``hosting`` (process, Ray) <- ``runtimes`` (sim, vllm, diffusers) and ``apps`` (``omni-run``, the demos).
+The core imports no asyncio: ``AsyncEngine`` (the asyncio driver) is re-exported lazily, so importing the package or
+its core loads no event loop machinery.
 """
 
 from __future__ import annotations
