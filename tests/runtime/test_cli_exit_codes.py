@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 import omni_fsm.cli
+from omni_runtime.apps import cli
 from omni_runtime.apps.cli import BAD_INPUT, RUN_FAILED, STALLED, build_parser, main
 
 PIPELINE = """
@@ -95,3 +96,20 @@ def test_the_exit_codes_are_in_the_help_and_the_stall_timeout_option_parses() ->
     assert parser.parse_args(["--stall-timeout", "0"]).stall_timeout is None
     with pytest.raises(SystemExit):
         parser.parse_args(["--stall-timeout", "-1"])
+
+
+def test_a_trace_the_free_disk_cannot_hold_is_refused_in_one_line_before_the_run(tmp_path, capsys,
+                                                                                 monkeypatch) -> None:  # fmt: skip
+    example = str(Path(__file__).parents[2] / "examples" / "pipeline.toml")
+    trace = tmp_path / "t.jsonl"
+    monkeypatch.setattr(cli, "_free_bytes", lambda folder: 75 * 10**9)  # 75 GB free
+    ran = []
+    monkeypatch.setattr(cli, "_run", lambda *args: ran.append(args) or 0)  # a run would take days: none starts
+    assert main([example, "--requests", "100000000", "--trace", str(trace), "--no-progress"]) == BAD_INPUT
+    assert capsys.readouterr().err == (f"omni-run: the trace of 100000000 requests would take about 308.6 GB and "
+                                       f"{tmp_path} has 75.0 GB free; run fewer --requests, put --trace elsewhere, "
+                                       f"or --force\n")  # fmt: skip
+    assert not ran and not trace.exists()
+    assert main([example, "--requests", "100000000", "--trace", str(trace), "--no-progress", "--force"]) == 0
+    assert len(ran) == 1  # --force goes on
+    assert main([example, "--requests", "1000", "--trace", str(trace), "--no-progress"]) == 0 and len(ran) == 2
