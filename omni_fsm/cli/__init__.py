@@ -4,7 +4,8 @@ One module here per subcommand (``explore``, ``check``, ``view``, ``diagram``, `
 ``registry``): its options, its output and its exit codes, around the library it drives.
 ``import omni_fsm`` never imports this package; running it imports every subcommand's module to
 build the parser. Ctrl-C and SIGTERM end any subcommand with one line and exit 130 (a trace or
-counterexample being written leaves no temporary file); a reader that goes away (``| head``)
+counterexample being written leaves no temporary file), except a search of ``explore``, which the first
+one ends with its partial report (exit 4; ``omni_fsm.cli.limits``); a reader that goes away (``| head``)
 ends it quietly with exit 141.
 """
 

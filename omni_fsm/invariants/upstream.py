@@ -5,7 +5,10 @@ Two views of one relation:
 - ``VLLM_MOVES``: every assignment of ``Request.status`` vLLM v1's scheduler may make, over vLLM's
   own status names (each ``FINISHED_*`` apart). The vLLM binding's contract test records every
   assignment the real scheduler makes and judges it with ``vllm_move_allowed``; this encoding
-  was checked that way against the versions in ``CHECKED_AGAINST``.
+  was checked that way against the versions in ``CHECKED_AGAINST``. It is tight the other way too:
+  each move is one the contract test saw vLLM make (its table per version), or one read in vLLM's
+  source and driven through vLLM's own scheduler by a test (``tests/runtimes/vllm/witnesses.py``);
+  a move added that is neither fails ``tests/runtimes/vllm/test_upstream_encoding.py``.
 - ``UPSTREAM``: the same relation as an AR runtime *reports* it (every ``FINISHED_*`` is one
   ``FINISHED``; a resumable request's turn that ends and resumes is reported as a wait for
   streamed input, never as an end). The monitor judges the AR sub-states a runtime reports
@@ -57,8 +60,8 @@ VLLM_MOVES: dict[str, frozenset[str]] = {
 #: waits for its next input, or takes the input already queued
 VLLM_RESUMABLE_MOVES: dict[str, frozenset[str]] = dict.fromkeys(TURN_ENDS, frozenset({STREAMING, WAITING}))
 #: a final status overwritten in the same call: a grammar that rejects the tokens a stop check already ended the
-#: request on turns the finish into an error (read in vLLM 0.32's source; the contract test does not reach it:
-#: the stand-in grammar accepts every token)
+#: request on turns the finish into an error (read in vLLM 0.32's source, ``Scheduler.update_from_output``; driven
+#: through it with a grammar that rejects the last token: tests/runtimes/vllm/test_upstream_paths.py)
 VLLM_FINAL_MOVES: dict[str, frozenset[str]] = dict.fromkeys(TURN_ENDS, frozenset({FINISHED_ERROR}))
 
 

@@ -173,3 +173,10 @@ def test_max_memory_counts_the_workers_and_stops_cleanly(capsys: Any, tmp_path: 
     assert "stopped early: --max-memory 1 MiB reached" in out
     assert out.splitlines()[-1].endswith(" workers=2 partial=yes")
     assert set(_children()) == before
+
+
+def test_first_violation_stops_where_one_process_stops() -> None:
+    spec = faults.cross_failure()
+    bound = Bound(requests=2, stages=1, families=SMALL | {"failure"})
+    one, two = explore(bound, spec, first_violation=True), explore(bound, spec, first_violation=True, workers=2)
+    assert one.stopped == "the first violation found" and same(two) == same(one)

@@ -13,6 +13,7 @@ import pytest
 
 import omni_fsm.explore.explorer as explorer_module
 from omni_fsm.cli import main as cli_main
+from omni_fsm.cli.limits import MEMORY_EVERY, Limits
 from omni_fsm.engine.core import Lifecycle
 from omni_fsm.explore.explorer import Bound, Explorer, UnsoundReduction, explore
 from omni_fsm.explore.search import ASK_EVERY, search
@@ -189,3 +190,35 @@ def test_search_stops_at_a_reason_the_caller_gives() -> None:
     xp = Explorer(Bound(requests=2))
     report = search(xp, False, True, None, None, None, lambda: "enough")
     assert report.stopped == "enough" and not report.liveness_checked and report.states >= ASK_EVERY
+
+
+def test_max_seconds_stops_with_the_report_so_far(capsys: Any, tmp_path: Path) -> None:
+    code = cli_main(["explore", "--requests", "2", "--max-seconds", "0.2", "--out", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert code == 4 and "stopped early: --max-seconds 0.2 reached" in out and "\npartial: " in out, out
+
+
+def test_a_limit_says_why_once_and_then_again() -> None:
+    """The deadline counts from ``start()``; memory is read at most every ``MEMORY_EVERY`` seconds; once a reason was
+    given it is given again (a sweep's next bound stops at once)."""
+    now, reads = [0.0], [0]
+
+    def memory() -> int:
+        reads[0] += 1
+        return 10 * 2**20
+
+    limits = Limits(max_seconds=5, max_memory=2**30, clock=lambda: now[0], memory=memory).start()
+    assert limits() is None and limits() is None and reads == [1]
+    now[0] = MEMORY_EVERY
+    assert limits() is None and reads == [2]
+    now[0] = 5.0
+    assert limits() == "--max-seconds 5 reached" and limits() == "--max-seconds 5 reached"
+    small = Limits(max_memory=2**20, clock=lambda: 0.0, memory=memory).start()
+    assert small() == "--max-memory 1 MiB reached (10 MiB used)"
+
+
+def test_first_violation_stops_where_the_first_counterexample_is_found() -> None:
+    bound = Bound(requests=2, stages=1, families=SMALL | {"failure"})
+    whole, first = explore(bound, faults.CROSS_FAILURE), explore(bound, faults.CROSS_FAILURE, first_violation=True)
+    assert first.stopped == "the first violation found" and not first.liveness_checked
+    assert first.states < whole.states and [c.events for c in first.violations] == [c.events for c in whole.violations]
