@@ -4,18 +4,14 @@ A fault is one change to what decides a step, made as a ``Spec`` variant: a row'
 terminal effects, an effect's body, a guard's body, the slot policy (``holds_slot``), a fan-out. ``Fault.spec()``
 is a context manager that yields the variant (``with fault.spec() as spec: explore(bound, spec)``).
 
-Guard and effect bodies: where ``Spec`` carries its guard and effect functions (``guards``, ``effects``,
-``engine_effects``: the issue "One engine in omni_fsm"), the variant carries the replacement. Until then the
-narrowest mechanism there is stands in: for the duration of the ``with``, the one entry of the module table the
-core reads when it is built (``omni_fsm.spec.guards.GUARDS``, ``omni_fsm.spec.effects.EFFECTS`` or
-``ENGINE_EFFECTS``) is replaced, and put back after (the core is built anew per exploration: nothing is cached
-across the swap, since the compiled selection is keyed on the guard functions themselves).
+Guard and effect bodies: ``Spec`` carries its guard and effect functions (``guards``, ``effects``,
+``engine_effects``), so the variant carries the replacement; nothing global is touched.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager as ContextManager
 from typing import Any
 
@@ -25,7 +21,6 @@ from omni_fsm import ON_TERMINAL, SPEC, Effect, ReqState, Row, Spec
 from omni_fsm import events as ev
 from omni_fsm import observations as ob
 from omni_fsm.spec import effects as fx
-from omni_fsm.spec import guards as gd
 from omni_fsm.spec.effects import FanOut, Reach
 from omni_fsm.spec.vocabulary import HOLDS_SLOT, StopKind
 
@@ -71,34 +66,15 @@ def fault(kind: str, bound: str, *caught_as: str) -> Callable[[Callable[[], Any]
 # -- carrying a replaced guard or effect function ----------------------------------------------------------
 
 
-def carries(field: str) -> bool:
-    """Return whether ``Spec`` carries ``field`` (its guard or effect functions: the issue 'One engine')."""
-    return field in attrs.fields_dict(Spec)
-
-
-@contextlib.contextmanager
-def _swapped(table: dict[Any, Any], key: Any, value: Any) -> Iterator[Spec]:
-    old = table[key]
-    table[key] = value
-    try:
-        yield SPEC
-    finally:
-        table[key] = old
-
-
 def with_guard(name: str, body: Callable[[Any, Any, Any], bool]) -> ContextManager[Spec]:
     """Return ``SPEC`` with the guard ``name`` replaced by ``body`` (see the module's note)."""
-    if carries("guards"):
-        return contextlib.nullcontext(attrs.evolve(SPEC, guards={**SPEC.guards, name: body}))  # type: ignore[attr-defined]
-    return _swapped(gd.GUARDS, name, body)
+    return contextlib.nullcontext(attrs.evolve(SPEC, guards={**SPEC.guards, name: body}))
 
 
 def with_effect(effect: Effect, body: Callable[..., None], engine: bool = False) -> ContextManager[Spec]:
     """Return ``SPEC`` with the request (or engine) effect ``effect`` doing ``body`` instead (see the module's note)."""
     field = "engine_effects" if engine else "effects"
-    if carries(field):
-        return contextlib.nullcontext(attrs.evolve(SPEC, **{field: {**getattr(SPEC, field), effect: body}}))
-    return _swapped(fx.ENGINE_EFFECTS if engine else fx.EFFECTS, effect, body)
+    return contextlib.nullcontext(attrs.evolve(SPEC, **{field: {**getattr(SPEC, field), effect: body}}))
 
 
 def _retarget(pick: Callable[[Row], bool], target: Any, table: str = "rows") -> Spec:
@@ -290,17 +266,7 @@ def a_length_cap_counts_as_a_stop() -> ContextManager[Spec]:
 
 
 def _guards_swapped(bodies: Mapping[str, Callable[[Any, Any, Any], bool]]) -> ContextManager[Spec]:
-    if carries("guards"):
-        return contextlib.nullcontext(attrs.evolve(SPEC, guards={**SPEC.guards, **bodies}))  # type: ignore[attr-defined]
-
-    @contextlib.contextmanager
-    def all_swapped() -> Iterator[Spec]:
-        with contextlib.ExitStack() as stack:
-            for name, body in bodies.items():
-                stack.enter_context(_swapped(gd.GUARDS, name, body))
-            yield SPEC
-
-    return all_swapped()
+    return contextlib.nullcontext(attrs.evolve(SPEC, guards={**SPEC.guards, **bodies}))
 
 
 @fault("guard-body", "samples", "ORCH-INV-203")
@@ -403,4 +369,4 @@ def parent_abort_reaches_the_held() -> Spec:
     return _fan_out(Effect.ABORT_CHILDREN, FanOut(Reach.HELD, ev.Abort, by_parent=True))
 
 
-__all__ = ["FAULTS", "KINDS", "Fault", "carries", "with_effect", "with_guard"]
+__all__ = ["FAULTS", "KINDS", "Fault", "with_effect", "with_guard"]
