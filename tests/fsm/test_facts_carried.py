@@ -24,7 +24,7 @@ from omni_fsm.trace import read_trace
 from omni_fsm.trace.check import check_trace
 from omni_fsm.trace.codec import NOT_CARRIED
 
-from .test_invariants_negative import ONE_AR, ONE_DIFF, History, retouch, run
+from .histories import ONE_AR, ONE_DIFF, History, retouch, run
 
 V1_TRACE = Path(__file__).parent / "data" / "v1-pipeline.jsonl"
 Step = tuple[ev.Event | None, list[ob.Observation]]

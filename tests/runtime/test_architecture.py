@@ -267,7 +267,6 @@ TESTS = ROOT / "tests"
 TEST_IMPORT_EXCEPTIONS = {
     "tests/fsm/test_programs.py": "test_bench_smoke.load_bench (the generated programs go with issue 27)",
     "tests/fsm/test_selection.py": "test_reference_agreement (the generated selection goes with issue 27)",
-    "tests/fsm/test_facts_carried.py": "test_invariants_negative's cases (issue 29 reworks the invariants)",
     "tests/fsm/test_rules_disabled.py": "test_invariants_negative's cases (issue 29 reworks the invariants)",
 }
 
