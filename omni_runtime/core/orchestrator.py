@@ -47,11 +47,11 @@ class Orchestrator:
         self.translation = Translation(routing, self.lifecycle, on_step)
         self.intake = Intake(routing, self.translation)
         self._feed = self.translation.feed
-        self._take = self.intake.report
+        self._take_report = self.intake.report
 
     def report(self, stage: int, replica: int, report: rp.Report) -> Commands:
         """Handle one report of ``replica`` of ``stage`` (the driver stamps both); return commands."""
-        return self._take(stage, replica, report)
+        return self._take_report(stage, replica, report)
 
     # -- what the parts keep, read here ------------------------------------------------------------------
 
