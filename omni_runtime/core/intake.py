@@ -138,8 +138,7 @@ class Intake:
         rec = self.lifecycle.records.get(rid)
         ctx.state_before = None if rec is None else rec.state  # named by a ``Rejected``, if any
         out = self.feed(event, ctx)  # a runtime report never raises a LifecycleError: nothing to undo
-        ctx.rid = -1  # no report in hand: what it referenced is let go
-        ctx.route = ctx.report = ctx.state_before = ctx.result_before = ctx.text_before = ctx.payload = ctx.text = None
+        ctx.rid = -1  # no report in hand (the next one overwrites what this one left)
         return out
 
     # -- reports about no one request ----------------------------------------------------------------------

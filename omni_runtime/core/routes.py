@@ -78,7 +78,8 @@ class Rpc:
 class ReportInHand:
     """The in-order per-request report being fed to the lifecycle, for the observations it causes: a partial
     ``Emitted`` delivers its payload and text, a ``Dropped`` restores the buffers it changed, a ``Rejected`` names
-    it. One is made per orchestrator and filled for each report (``rid`` -1: no report in hand, a client call)."""
+    it. One is made per orchestrator and filled for each report (``rid`` -1: no report in hand, a client call; the
+    other fields are then stale, overwritten by the next report)."""
 
     __slots__ = ("payload", "report", "result_before", "rid", "route", "state_before", "text", "text_before")
 

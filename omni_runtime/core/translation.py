@@ -31,6 +31,7 @@ class Translation:
         self.routes = routing.routes
         self.live = routing.live
         self.request_ids = routing.request_ids
+        self.with_sampling = routing.with_sampling
         self.lifecycle = lifecycle
         self.on_step = on_step
         self.hook_error: Exception | None = None  #: what ``on_step`` raised (the engine died of it; not called again)
@@ -133,7 +134,7 @@ class Translation:
         route = self.routes[o.rid]
         stage = o.stage
         if stage == 0:
-            stage_input = self.routing.with_sampling(0, o.rid, route, self.inputs[0](route.prompt, None, (), None))
+            stage_input = self.with_sampling(0, o.rid, route, self.inputs[0](route.prompt, None, (), None))
         else:
             stage_input = route.result
         live = self.live[stage]
@@ -153,7 +154,7 @@ class Translation:
             done = self.routes[route.parent].companions
         companions = tuple(result for _, result in done) if done else ()
         stage_input = self.inputs[o.dst](route.prompt, route.result, companions, route.text)  # the next stage's input
-        route.result = self.routing.with_sampling(o.dst, o.rid, route, stage_input)
+        route.result = self.with_sampling(o.dst, o.rid, route, stage_input)
         route.text = None
 
     def _on_emitted(self, o: ob.Emitted, out: Commands, ctx: ReportInHand) -> None:
