@@ -186,4 +186,8 @@ class Routing:
             sampling = attrs.evolve(sampling, **dict(spec.sampling))
         if route.parent >= 0 and not route.companion:
             sampling = sampling.for_sample(rid - dependent_id(route.parent, 0))
-        return attrs.evolve(stage_input, sampling=sampling)
+        if stage_input.__class__ is not StageInput:  # a subclass keeps its own fields
+            return attrs.evolve(stage_input, sampling=sampling)
+        # made directly, not with attrs.evolve (which reads the class's fields each call): once per AR dispatch
+        return StageInput(stage_input.token_ids, stage_input.multimodal, stage_input.max_tokens, stage_input.text,
+                          sampling, stage_input.streaming)
